@@ -1,0 +1,3 @@
+from gpusched.cli import main
+
+raise SystemExit(main())

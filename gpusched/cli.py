@@ -1,0 +1,216 @@
+"""The ``gpusched`` command.
+
+::
+
+    gpusched sim serve   --cluster NAME|FILE [--port P] [--kubeconfig OUT] [--faults SPEC]
+    gpusched sim fleet   apply|delete --cluster NAME|FILE --kubeconfig K
+    gpusched sim kubelet --kubeconfig K
+    gpusched sim clusters
+
+Errors in what the user gave (an unknown cluster name, a broken YAML file, a bad fault spec)
+end the command with a message saying what to fix and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from gpusched import __version__
+
+if TYPE_CHECKING:
+    from gpusched.kube.client import Kube
+    from gpusched.sim.fleet import ClusterSpec
+
+__all__ = ["main"]
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as is, exit status 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpusched", description="A Kubernetes scheduler for GPU pods."
+    )
+    parser.add_argument("--version", action="version", version=f"gpusched {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sim = sub.add_parser("sim", help="the simulated GPU cluster")
+    simsub = sim.add_subparsers(dest="sim_command", required=True)
+
+    serve = simsub.add_parser(
+        "serve", help="run a simulated API server, kubelets and a GPU fleet in the foreground"
+    )
+    serve.add_argument(
+        "--cluster",
+        default="dgx-h100",
+        help="shipped cluster name or YAML file; 'none' serves an empty cluster",
+    )
+    serve.add_argument("--nodes", type=int, default=None, help="scale the fleet to N nodes")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    serve.add_argument(
+        "--kubeconfig", default="gpusched-sim.kubeconfig", help="where to write the kubeconfig"
+    )
+    serve.add_argument("--faults", default="", help="fault spec, e.g. create=0.1:500,latency=5ms")
+    serve.add_argument("--no-kubelets", action="store_true", help="do not run simulated kubelets")
+    serve.add_argument(
+        "--for",
+        dest="duration",
+        type=float,
+        default=0.0,
+        help="stop after this many seconds (default: run until interrupted)",
+    )
+
+    fleet = simsub.add_parser("fleet", help="create or delete a fleet's nodes on any API server")
+    fleet.add_argument("action", choices=["apply", "delete"])
+    fleet.add_argument("--cluster", required=True, help="shipped cluster name or YAML file")
+    fleet.add_argument("--kubeconfig", required=True)
+    fleet.add_argument("--context", default=None)
+
+    kubelet = simsub.add_parser(
+        "kubelet", help="play the kubelet for simulated nodes on any API server"
+    )
+    kubelet.add_argument("--kubeconfig", required=True)
+    kubelet.add_argument("--context", default=None)
+
+    simsub.add_parser("clusters", help="list the shipped cluster specs")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "sim":
+            return _sim(args)
+    except UsageError as exc:
+        print(f"gpusched: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _load_spec(name: str, nodes: int | None = None) -> ClusterSpec:
+    from gpusched.sim.fleet import load_cluster_spec
+
+    try:
+        return load_cluster_spec(name, nodes=nodes)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _sim(args: argparse.Namespace) -> int:
+    if args.sim_command == "clusters":
+        from gpusched.sim.fleet import shipped_clusters
+
+        for name in shipped_clusters():
+            spec = _load_spec(name)
+            print(f"{name:24} {spec.description}")
+        return 0
+    if args.sim_command == "serve":
+        return asyncio.run(_serve(args))
+    if args.sim_command == "fleet":
+        return asyncio.run(_fleet(args))
+    if args.sim_command == "kubelet":
+        return asyncio.run(_kubelet(args))
+    raise UsageError(f"unknown command {args.sim_command}")
+
+
+async def _wait_for_signal(duration: float) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    if duration > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=duration)
+    else:
+        await stop.wait()
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from gpusched.sim import SimCluster, parse_faults
+
+    spec = None if args.cluster == "none" else _load_spec(args.cluster, args.nodes)
+    try:
+        faults = parse_faults(args.faults)
+    except ValueError as exc:
+        raise UsageError(f"--faults: {exc}") from None
+    async with SimCluster(
+        spec,
+        faults=faults,
+        kubelets=not args.no_kubelets,
+        host=args.host,
+        port=args.port,
+        kubeconfig_path=args.kubeconfig,
+    ) as sim:
+        kubeconfig = sim.kubeconfig_path.resolve()
+        fleet = "no nodes"
+        if spec is not None:
+            gpus = sum(p.count * p.gpu.count for p in spec.pools if p.gpu is not None)
+            fleet = f"{spec.name}: {sum(p.count for p in spec.pools)} nodes, {gpus} GPUs"
+        print(f"gpusched sim: API server at {sim.url} ({fleet})")
+        print(f"  kubeconfig: {kubeconfig}")
+        print(f"  try:        kubectl --kubeconfig {kubeconfig} get nodes")
+        print("  stop with Ctrl-C", flush=True)
+        await _wait_for_signal(args.duration)
+        print(f"gpusched sim: stopping after {sim.server.requests} API requests", flush=True)
+    return 0
+
+
+async def _fleet(args: argparse.Namespace) -> int:
+    from gpusched.kube.errors import APIError
+    from gpusched.sim.fleet import apply_fleet, delete_fleet
+
+    spec = _load_spec(args.cluster)
+    kube = await _connect(args)
+    try:
+        if args.action == "apply":
+            await apply_fleet(kube.api_client, spec)
+            print(f"fleet {spec.name}: {sum(p.count for p in spec.pools)} nodes applied")
+        else:
+            await delete_fleet(kube.api_client, spec)
+            print(f"fleet {spec.name}: deleted")
+    except APIError as exc:
+        raise UsageError(f"the API server refused: {exc}") from None
+    finally:
+        await kube.close()
+    return 0
+
+
+async def _connect(args: argparse.Namespace) -> Kube:
+    from gpusched.kube.client import connect
+
+    try:
+        return await connect(args.kubeconfig, args.context)
+    except Exception as exc:  # kubernetes_asyncio raises ConfigException and plain errors
+        raise UsageError(f"cannot load kubeconfig {args.kubeconfig}: {exc}") from None
+
+
+async def _kubelet(args: argparse.Namespace) -> int:
+    from gpusched.sim.kubelet import SimKubelet
+
+    kube = await _connect(args)
+    task = asyncio.create_task(SimKubelet(kube).run())
+    try:
+        await _wait_for_signal(0)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await kube.close()
+    return 0

@@ -1,0 +1,190 @@
+"""``Kube``: plain-JSON requests and watch streams through kubernetes-asyncio's ApiClient.
+
+kubernetes-asyncio does the parts worth having from a client: kubeconfig and in-cluster
+configuration, bearer tokens and exec plugins, TLS, the aiohttp connection pool. Its generated
+models, however, cost a deserialisation pass per object that dominates list and watch hot
+paths, so gpusched keeps objects as the JSON dicts the server sent (``_preload_content=False``)
+and decodes them once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from gpusched.kube.errors import APIServerError, from_response
+
+__all__ = ["Kube", "connect", "resource_path"]
+
+Query = Mapping[str, str | int | bool] | Sequence[tuple[str, str]]
+
+
+def resource_path(
+    group: str,
+    version: str,
+    plural: str,
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    """``/api/v1/namespaces/ns/pods/name/status`` and the like."""
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    if namespace:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{plural}"
+    if name:
+        base += f"/{quote(name, safe='')}"
+        if subresource:
+            base += f"/{subresource}"
+    return base
+
+
+def _query(query: Query | None) -> list[tuple[str, str]]:
+    if not query:
+        return []
+    items = query.items() if isinstance(query, Mapping) else query
+    out = []
+    for k, v in items:
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        out.append((k, str(v)))
+    return out
+
+
+class Kube:
+    """A JSON client over one ``kubernetes_asyncio.client.ApiClient``."""
+
+    def __init__(self, api_client: k8s_client.ApiClient) -> None:
+        self.api_client = api_client
+
+    @property
+    def host(self) -> str:
+        return str(self.api_client.configuration.host)
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    async def __aenter__(self) -> Kube:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: Query | None,
+        body: Any,
+        content_type: str,
+        timeout: float | aiohttp.ClientTimeout | None,
+    ) -> aiohttp.ClientResponse:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            response: aiohttp.ClientResponse = await self.api_client.call_api(
+                path,
+                method,
+                query_params=_query(query),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise APIServerError(0, {"reason": "ConnectionError", "message": str(exc)}) from exc
+        return response
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        query: Query | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = 60.0,
+    ) -> Any:
+        """One request; returns the decoded JSON body or raises an ``APIError``."""
+        response = await self._send(method, path, query, body, content_type, timeout)
+        try:
+            data = await response.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise APIServerError(0, {"reason": "ConnectionError", "message": str(exc)}) from exc
+        finally:
+            response.release()
+        if not 200 <= response.status < 300:
+            raise from_response(response.status, data, response.headers)
+        return json.loads(data) if data else None
+
+    async def get(self, path: str, query: Query | None = None) -> Any:
+        return await self.request("GET", path, query)
+
+    async def create(self, path: str, body: Any, query: Query | None = None) -> Any:
+        return await self.request("POST", path, query, body)
+
+    async def replace(self, path: str, body: Any) -> Any:
+        return await self.request("PUT", path, None, body)
+
+    async def patch(
+        self, path: str, body: Any, patch_type: str = "application/merge-patch+json"
+    ) -> Any:
+        return await self.request("PATCH", path, None, body, content_type=patch_type)
+
+    async def delete(self, path: str, body: Any = None, query: Query | None = None) -> Any:
+        return await self.request("DELETE", path, query, body)
+
+    async def watch(self, path: str, query: Query | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Yield decoded watch events until the server ends the stream.
+
+        An ERROR event is raised as the matching ``APIError`` (a 410 becomes ``APIGone``).
+        """
+        params = dict(_query(query))
+        params["watch"] = "true"
+        response = await self._send(
+            "GET", path, params, None, "application/json", aiohttp.ClientTimeout(sock_read=None)
+        )
+        try:
+            if not 200 <= response.status < 300:
+                raise from_response(response.status, await response.read(), response.headers)
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                    raise APIServerError(
+                        0, {"reason": "ConnectionError", "message": str(exc)}
+                    ) from exc
+                if not line:
+                    return
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise from_response(int(status.get("code", 500)), json.dumps(status))
+                yield event
+        finally:
+            response.release()
+
+
+async def connect(
+    kubeconfig: str | os.PathLike[str] | None = None,
+    context: str | None = None,
+    pool_size: int = 100,
+) -> Kube:
+    """A ``Kube`` from a kubeconfig file, or the in-cluster service account when None."""
+    configuration = k8s_client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        await k8s_config.load_kube_config(
+            config_file=os.fspath(kubeconfig) if kubeconfig is not None else None,
+            context=context,
+            client_configuration=configuration,
+        )
+    configuration.connection_pool_maxsize = pool_size
+    return Kube(k8s_client.ApiClient(configuration))

@@ -1,0 +1,16 @@
+"""A simulated GPU cluster: a Kubernetes API server on loopback, kubelets and GPU fleets.
+
+- ``server``/``registry``/``store``  the API server (REST semantics of kube-apiserver);
+- ``kinds``, ``crd``, ``patch``, ``selectors``  per-kind strategies, CRD schemas, patch types,
+  label/field selectors, each following its upstream counterpart;
+- ``faults``  injected errors, latency and cut watch streams;
+- ``kubelet``  simulated kubelets (an API client, usable against real clusters too);
+- ``fleet``  GPU fleet specs and their nodes and inventories;
+- ``cluster``  ``SimCluster``, everything above started together.
+"""
+
+from gpusched.sim.cluster import SimCluster
+from gpusched.sim.faults import FaultRule, Faults, parse_faults
+from gpusched.sim.server import APIServer
+
+__all__ = ["APIServer", "FaultRule", "Faults", "SimCluster", "parse_faults"]

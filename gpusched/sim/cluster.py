@@ -1,0 +1,167 @@
+"""``SimCluster``: the API server, its kubelets and a GPU fleet, started together.
+
+The embedded default a new user runs first, the bed of every integration test and benchmark::
+
+    async with SimCluster("dgx-h100") as sim:
+        kube = sim.kube                      # a gpusched.kube.Kube on the simulated cluster
+        api = sim.api_client()               # a kubernetes_asyncio ApiClient, for typed APIs
+        sim.faults.set([FaultRule("create", "pods", 0.1, 500)])
+        print(sim.kubeconfig_path)           # for kubectl
+
+It listens on a free loopback port, writes a kubeconfig with a fresh bearer token, applies the
+fleet through the API exactly as ``gpusched sim fleet apply`` does on a real cluster, and runs
+the simulated kubelets as API clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from gpusched.clock import Clock, RealClock
+from gpusched.kube.client import Kube
+from gpusched.sim.faults import Faults
+from gpusched.sim.fleet import ClusterSpec, apply_fleet, load_cluster_spec
+from gpusched.sim.kubelet import SimKubelet
+from gpusched.sim.server import APIServer
+
+__all__ = ["SimCluster"]
+
+
+class SimCluster:
+    def __init__(
+        self,
+        cluster: str | os.PathLike[str] | ClusterSpec | None = None,
+        *,
+        faults: Faults | None = None,
+        clock: Clock | None = None,
+        kubelets: bool = True,
+        window: int = 10_000,
+        bookmark_interval: float = 60.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        kubeconfig_path: str | os.PathLike[str] | None = None,
+        token: str | None = None,
+        tls: bool = True,
+    ) -> None:
+        if cluster is None or isinstance(cluster, ClusterSpec):
+            self.spec = cluster
+        else:
+            self.spec = load_cluster_spec(cluster)
+        self.clock = clock or RealClock()
+        self.server = APIServer(
+            token=token,
+            faults=faults,
+            clock=self.clock.now,
+            window=window,
+            bookmark_interval=bookmark_interval,
+            tls=tls,
+        )
+        self._kubelets_enabled = kubelets
+        self._host = host
+        self._port = port
+        self._kubeconfig_arg = kubeconfig_path
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self.kubeconfig_path: Path = Path()
+        self._kube: Kube | None = None
+        self.kubelet: SimKubelet | None = None
+        self._kubelet_task: asyncio.Task[None] | None = None
+        self._clients: list[k8s_client.ApiClient] = []
+
+    @property
+    def faults(self) -> Faults:
+        return self.server.faults
+
+    @property
+    def kube(self) -> Kube:
+        assert self._kube is not None, "use SimCluster as an async context manager"
+        return self._kube
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def configuration(self) -> k8s_client.Configuration:
+        """A kubernetes-asyncio Configuration for this cluster (as loaded from the kubeconfig)."""
+        configuration = k8s_client.Configuration()
+        configuration.host = self.server.url
+        configuration.api_key = {"BearerToken": self.server.token}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        if self.server.certs is not None:
+            configuration.ssl_ca_cert = str(self.server.certs.ca_file)
+        return configuration
+
+    def api_client(self) -> k8s_client.ApiClient:
+        """A new kubernetes-asyncio ApiClient on this cluster, closed with the cluster."""
+        client = k8s_client.ApiClient(self.configuration())
+        self._clients.append(client)
+        return client
+
+    async def load_api_client(self) -> k8s_client.ApiClient:
+        """An ApiClient loaded from the written kubeconfig file, the way users load one."""
+        configuration = k8s_client.Configuration()
+        await k8s_config.load_kube_config(
+            config_file=str(self.kubeconfig_path), client_configuration=configuration
+        )
+        client = k8s_client.ApiClient(configuration)
+        self._clients.append(client)
+        return client
+
+    def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(yaml.safe_dump(self.server.kubeconfig(), sort_keys=False))
+        out.chmod(0o600)
+        return out
+
+    async def __aenter__(self) -> SimCluster:
+        await self.server.start(self._host, self._port)
+        if self._kubeconfig_arg is not None:
+            self.kubeconfig_path = self.write_kubeconfig(self._kubeconfig_arg)
+        else:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="gpusched-sim-")
+            self.kubeconfig_path = self.write_kubeconfig(Path(self._tmpdir.name) / "kubeconfig")
+        try:
+            self._kube = Kube(self.api_client())
+            if self.spec is not None:
+                await apply_fleet(self._kube.api_client, self.spec)
+            if self._kubelets_enabled:
+                self.start_kubelets()
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    def start_kubelets(self) -> SimKubelet:
+        """Start (or restart) the simulated kubelets."""
+        if self._kubelet_task is not None and not self._kubelet_task.done():
+            assert self.kubelet is not None
+            return self.kubelet
+        self.kubelet = SimKubelet(Kube(self.api_client()), self.clock)
+        self._kubelet_task = asyncio.create_task(self.kubelet.run(), name="sim-kubelets")
+        return self.kubelet
+
+    async def stop_kubelets(self) -> None:
+        if self._kubelet_task is not None:
+            self._kubelet_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._kubelet_task
+            self._kubelet_task = None
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop_kubelets()
+        await self.server.stop()
+        for client in self._clients:
+            await client.close()
+        self._clients.clear()
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None

@@ -1,0 +1,1077 @@
+"""Simulated GPU fleets: cluster specs in YAML, built into Nodes and GPU inventories.
+
+A *cluster spec* (:class:`ClusterSpec`, YAML in ``gpusched/sim/clusters/``) lists pools of
+identical nodes: their count, labels, taints, CPU and memory, and their GPUs (product,
+memory, count, topology, optional MIG layout). :func:`build_fleet` turns a spec into
+:class:`SimNode` records, each holding
+
+- the v1 ``Node`` object as a kubelet would report it (labels incl. GPU feature discovery's,
+  taints, capacity and allocatable incl. ``nvidia.com/gpu`` or MIG resources, the four
+  kubelet conditions with Ready=True, addresses, nodeInfo with kubelet ``v1.32.0-gpusched-sim``);
+- the node's ``GPUNodeInventory`` (:mod:`gpusched.inventory`), with ``source: simulated`` and
+  deterministic UUIDs (uuid5 of node name and GPU index, formatted as NVML formats them).
+
+Everything GPU-related on the Node is derived from the inventory with the same functions a
+real node would use (:func:`gpusched.inventory.node_labels`,
+:func:`gpusched.inventory.node_extended_resources`), so a scheduler sees one format.
+
+:func:`apply_fleet` writes a fleet to any Kubernetes API server, real or simulated: it
+creates the CRD if missing and waits for it to be Established (watching the CRD, bounded by
+a timeout), then for each node creates the Node (or, on 409, merge-patches labels and taints),
+merge-patches ``status`` (create ignores it), and creates or replaces the inventory with an
+ownerReference to the Node. It is idempotent and runs nodes concurrently, bounded by a
+semaphore (32 by default). :func:`delete_fleet` removes what it wrote. Only these two
+functions and :func:`ensure_crd` talk to the API; they use raw JSON (``_preload_content=False``)
+so no client model validation stands between them and a minimal API server.
+
+Topology presets (``gpu.topology``), PCIe levels as ``nvidia-smi topo -m`` names them:
+
+``nvswitch``
+    every pair ``NV<n>`` (``gpu.nvlinks``, default 18 as on DGX H100); PCIe ``NODE`` within a
+    NUMA node, ``SYS`` across. GPUs split into two NUMA nodes, first half on NUMA 0.
+``dgx1-hybrid-cube-mesh``
+    8 GPUs, DGX-1 with V100 (NVLink 2, 6 links per GPU), matrix below; PCIe ``PIX`` for
+    0-1, 2-3, 4-5, 6-7, ``PHB`` otherwise within a quad, ``SYS`` across quads.
+``bridged-pairs``
+    PCIe cards joined in pairs (0-1, 2-3, ...) by NVLink bridges, ``NV<n>`` (``gpu.nvlinks``,
+    default 4 as A40 / RTX A6000 bridges report); PCIe ``PIX`` within a pair, ``NODE`` within
+    a NUMA node, ``SYS`` across.
+``pcie``
+    no NVLink; PCIe as for ``bridged-pairs``.
+
+or an explicit list of ``{a, b, nvlinks, pcie}`` covering every pair once.
+
+DGX-1V NVLink matrix (from NVIDIA go-gpuallocator's ``NewDGX1VoltaNode`` test fixture, which
+matches ``nvidia-smi topo -m`` on a DGX-1V)::
+
+         GPU0 GPU1 GPU2 GPU3 GPU4 GPU5 GPU6 GPU7
+    GPU0  X   NV1  NV1  NV2  NV2  SYS  SYS  SYS
+    GPU1 NV1   X   NV2  NV1  SYS  NV2  SYS  SYS
+    GPU2 NV1  NV2   X   NV2  SYS  SYS  NV1  SYS
+    GPU3 NV2  NV1  NV2   X   SYS  SYS  SYS  NV1
+    GPU4 NV2  SYS  SYS  SYS   X   NV1  NV1  NV2
+    GPU5 SYS  NV2  SYS  SYS  NV1   X   NV2  NV1
+    GPU6 SYS  SYS  NV1  SYS  NV1  NV2   X   NV2
+    GPU7 SYS  SYS  SYS  NV1  NV2  NV1  NV2   X
+
+MIG layouts (``gpu.mig``: a list of profiles applied to every card) are placed like NVML
+does, using the product's profile table (:data:`MIG_PROFILES`: memory, placement starts and
+sizes from ``nvidia-smi mig -lgip`` / ``-lgipp``); a layout that cannot be placed is a spec
+error. GPU instance ids follow the heap numbering the driver uses on A100/H100 (7g = 0;
+4g/3g at 0 or 4 = 1, 2; 2g at 0, 2, 4, 6 = 3..6; 1g at 0..6 = 7..13); compute instance 0.
+
+``load_cluster_spec(name, nodes=N)`` rescales a spec to N nodes in total, split across pools
+in proportion to their counts (largest remainder), so one shipped spec serves any scale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import yaml
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from gpusched.inventory import (
+    API_GROUP,
+    CRD_NAME,
+    GFD_LABEL_PREFIX,
+    PLURAL,
+    VERSION,
+    FrozenList,
+    GPUDevice,
+    GPULink,
+    GPUNodeInventory,
+    MIGDevice,
+    PCIeLevelName,
+    inventory_to_object,
+    node_extended_resources,
+    node_labels,
+    validation_problems,
+)
+from gpusched.sim.kubelet import SIMULATED_NODE_LABEL
+
+__all__ = [
+    "CRD_DIGEST_ANNOTATION",
+    "KUBELET_VERSION",
+    "LABEL_POOL",
+    "MIG_PROFILES",
+    "TOPOLOGY_PRESETS",
+    "ClusterSpec",
+    "ClusterSpecError",
+    "FleetError",
+    "GPUSpec",
+    "LinkSpec",
+    "MIGPlacement",
+    "MIGProfile",
+    "PoolSpec",
+    "SimNode",
+    "TaintSpec",
+    "apply_fleet",
+    "build_fleet",
+    "delete_fleet",
+    "ensure_crd",
+    "load_cluster_spec",
+    "load_crd",
+    "node_names",
+    "place_mig",
+    "pool_node_names",
+    "shipped_clusters",
+]
+
+KUBELET_VERSION: Final = "v1.32.0-gpusched-sim"
+LABEL_POOL: Final = "gpusched.io/pool"
+"""Label on every simulated Node naming its pool."""
+CRD_DIGEST_ANNOTATION: Final = "gpusched.io/crd-digest"
+"""Annotation :func:`ensure_crd` puts on the CRD: sha256 of the packaged YAML."""
+
+TOPOLOGY_PRESETS: Final = ("nvswitch", "dgx1-hybrid-cube-mesh", "bridged-pairs", "pcie")
+_NVLINK_DEFAULTS: Final = {"nvswitch": 18, "bridged-pairs": 4}
+
+# --- MIG profile tables ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MIGProfile:
+    """A GPU instance profile: its memory and where NVML lets it be placed.
+
+    ``size`` and ``starts`` are in memory slices (8 per GPU), as ``nvidia-smi mig -lgipp``
+    prints them (``{0,4}:4`` for a 3g profile); ``memory_mib`` is what ``-lgip`` reports.
+    """
+
+    name: str
+    memory_mib: int
+    size: int
+    starts: tuple[int, ...]
+
+    @property
+    def compute_slices(self) -> int:
+        """Compute slices (of 7), the ``N`` of ``Ng``."""
+        return int(self.name.split("g.", 1)[0])
+
+
+def _profiles(*profiles: MIGProfile) -> dict[str, MIGProfile]:
+    return {p.name: p for p in profiles}
+
+
+# H100 80GB (SXM "HBM3" and PCIe): nvidia-smi mig -lgip reports 9.75 / 19.62 / 39.50 / 79.25
+# GiB; -lgipp gives {0..6}:1, 1g.20gb {0,2,4,6}:2, 2g {0,2,4}:2, 3g {0,4}:4, 4g {0}:4, 7g {0}:8.
+_H100_80GB: Final = _profiles(
+    MIGProfile("1g.10gb", 9984, 1, (0, 1, 2, 3, 4, 5, 6)),
+    MIGProfile("1g.20gb", 20096, 2, (0, 2, 4, 6)),
+    MIGProfile("2g.20gb", 20096, 2, (0, 2, 4)),
+    MIGProfile("3g.40gb", 40448, 4, (0, 4)),
+    MIGProfile("4g.40gb", 40448, 4, (0,)),
+    MIGProfile("7g.80gb", 81152, 8, (0,)),
+)
+# A100 80GB: -lgip reports 9.50 / 19.50 / 39.25 / 79.00 GiB; placements as on H100.
+_A100_80GB: Final = _profiles(
+    MIGProfile("1g.10gb", 9728, 1, (0, 1, 2, 3, 4, 5, 6)),
+    MIGProfile("1g.20gb", 19968, 2, (0, 2, 4, 6)),
+    MIGProfile("2g.20gb", 19968, 2, (0, 2, 4)),
+    MIGProfile("3g.40gb", 40192, 4, (0, 4)),
+    MIGProfile("4g.40gb", 40192, 4, (0,)),
+    MIGProfile("7g.80gb", 80896, 8, (0,)),
+)
+
+MIG_PROFILES: Final[dict[str, dict[str, MIGProfile]]] = {
+    "NVIDIA H100 80GB HBM3": _H100_80GB,
+    "NVIDIA H100 PCIe": _H100_80GB,
+    "NVIDIA A100-SXM4-80GB": _A100_80GB,
+    "NVIDIA A100 80GB PCIe": _A100_80GB,
+}
+"""MIG profile tables by NVML product name, for the products the simulator can partition."""
+
+_GI_LEVEL: Final = {8: 0, 4: 1, 2: 2, 1: 3}
+
+
+@dataclass(frozen=True, slots=True)
+class MIGPlacement:
+    """Where one profile of a layout landed on the GPU."""
+
+    profile: str
+    memory_mib: int
+    start: int
+    size: int
+
+    @property
+    def gpu_instance_id(self) -> int:
+        """The driver's heap-style GPU instance id for this placement."""
+        level = _GI_LEVEL[self.size]
+        return (1 << level) - 1 + self.start // self.size
+
+
+def place_mig(product: str, layout: Sequence[str]) -> tuple[MIGPlacement, ...]:
+    """Place ``layout`` (profile names) on one ``product`` GPU, in layout order.
+
+    Largest profiles first, lowest free start first, backtracking when a choice leaves no
+    room, so every layout NVML accepts is placed. Raises ``ValueError`` for an unknown
+    product or profile, more than 7 compute slices, or a layout that does not fit.
+    """
+    table = MIG_PROFILES.get(product)
+    if table is None:
+        raise ValueError(
+            f"no MIG profile table for product {product!r}; known: {', '.join(MIG_PROFILES)}"
+        )
+    profiles: list[MIGProfile] = []
+    for name in layout:
+        if name not in table:
+            raise ValueError(f"{product} has no MIG profile {name!r}; profiles: {', '.join(table)}")
+        profiles.append(table[name])
+    if sum(p.compute_slices for p in profiles) > 7:
+        raise ValueError(f"MIG layout {list(layout)} needs more than the GPU's 7 compute slices")
+    order = sorted(range(len(profiles)), key=lambda i: (-profiles[i].size, profiles[i].name))
+    used = [False] * 8
+    starts: list[int] = [-1] * len(profiles)
+
+    def search(k: int) -> bool:
+        if k == len(order):
+            return True
+        i = order[k]
+        profile = profiles[i]
+        # Identical profiles are interchangeable: take their starts in increasing order.
+        floor = starts[order[k - 1]] + 1 if k and profiles[order[k - 1]] == profile else 0
+        for start in profile.starts:
+            span = range(start, start + profile.size)
+            if start < floor or any(used[s] for s in span):
+                continue
+            for s in span:
+                used[s] = True
+            starts[i] = start
+            if search(k + 1):
+                return True
+            for s in span:
+                used[s] = False
+        return False
+
+    if not search(0):
+        raise ValueError(f"MIG layout {list(layout)} does not fit on one {product}")
+    return tuple(
+        MIGPlacement(p.name, p.memory_mib, start, p.size)
+        for p, start in zip(profiles, starts, strict=True)
+    )
+
+
+# --- Cluster spec ---------------------------------------------------------------------------
+
+
+class ClusterSpecError(ValueError):
+    """A cluster spec cannot be found, parsed or validated; the message names file and field."""
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
+
+
+class LinkSpec(_Spec):
+    """An explicit GPU pair link in a spec (``type`` is derived from ``nvlinks``)."""
+
+    a: int = Field(ge=0)
+    b: int = Field(ge=0)
+    nvlinks: int = Field(default=0, ge=0)
+    pcie: PCIeLevelName
+
+
+class TaintSpec(_Spec):
+    """A Node taint."""
+
+    key: str = Field(min_length=1, max_length=316)
+    value: str = Field(default="", max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class GPUSpec(_Spec):
+    """The GPUs of every node in a pool."""
+
+    product: str = Field(min_length=1, max_length=96)
+    """NVML product name, e.g. ``NVIDIA H100 80GB HBM3``."""
+    memory_mib: int = Field(ge=1, validation_alias="memoryMiB", serialization_alias="memoryMiB")
+    """Memory per GPU in MiB as NVML reports it, e.g. 81559."""
+    count: int = Field(ge=1, le=16)
+    """GPUs per node."""
+    topology: str | FrozenList[LinkSpec]
+    """A preset name (:data:`TOPOLOGY_PRESETS`) or explicit links for every pair."""
+    nvlinks: int | None = Field(default=None, ge=1)
+    """NVLinks per pair for ``nvswitch`` (default 18) and ``bridged-pairs`` (default 4)."""
+    mig: FrozenList[str] | None = None
+    """MIG layout applied to every GPU, e.g. ``[2g.20gb, 2g.20gb, 2g.20gb, 1g.10gb]``."""
+    driver_version: str = "550.127.05"
+    cuda_driver_version: str = "12.4"
+
+    @model_validator(mode="after")
+    def _check(self) -> GPUSpec:
+        if isinstance(self.topology, str):
+            if self.topology not in TOPOLOGY_PRESETS:
+                raise ValueError(
+                    f"topology: unknown preset {self.topology!r}; "
+                    f"expected one of {', '.join(TOPOLOGY_PRESETS)} or a list of links"
+                )
+            if self.topology == "dgx1-hybrid-cube-mesh" and self.count != 8:
+                raise ValueError(f"count: dgx1-hybrid-cube-mesh has 8 GPUs, got {self.count}")
+            if self.topology == "bridged-pairs" and self.count % 2:
+                raise ValueError(f"count: bridged-pairs needs an even count, got {self.count}")
+            if self.nvlinks is not None and self.topology not in _NVLINK_DEFAULTS:
+                raise ValueError(f"nvlinks: not used by the {self.topology} preset")
+        else:
+            if self.nvlinks is not None:
+                raise ValueError("nvlinks: not used with explicit links; give each link's")
+            seen: set[tuple[int, int]] = set()
+            for i, link in enumerate(self.topology):
+                if not link.a < link.b < self.count:
+                    raise ValueError(
+                        f"topology[{i}]: need a < b < count ({self.count}), "
+                        f"got a={link.a} b={link.b}"
+                    )
+                if (link.a, link.b) in seen:
+                    raise ValueError(f"topology[{i}]: pair {link.a}-{link.b} given twice")
+                seen.add((link.a, link.b))
+            missing = [
+                f"{a}-{b}"
+                for a in range(self.count)
+                for b in range(a + 1, self.count)
+                if (a, b) not in seen
+            ]
+            if missing:
+                raise ValueError(f"topology: every GPU pair needs a link; missing {missing}")
+        if self.mig is not None:
+            try:
+                place_mig(self.product, self.mig)
+            except ValueError as exc:
+                raise ValueError(f"mig: {exc}") from None
+        return self
+
+
+_QUANTITY = re.compile(r"^([1-9][0-9]*)(Ki|Mi|Gi|Ti|Pi)?$")
+_BINARY = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50}
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def _bytes(quantity: str) -> int:
+    match = _QUANTITY.match(quantity)
+    if match is None:  # unreachable after validation
+        raise ValueError(f"not a binary quantity: {quantity!r}")
+    return int(match.group(1)) * _BINARY[match.group(2)]
+
+
+class PoolSpec(_Spec):
+    """A pool of identical nodes named ``<name>-<n>`` (n zero-padded to at least 3 digits)."""
+
+    name: str = Field(max_length=56, pattern=_DNS_LABEL)
+    count: int = Field(ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: FrozenList[TaintSpec] = ()
+    cpu: int = Field(ge=1)
+    """Logical CPUs, e.g. 224 for a DGX H100."""
+    memory: str = Field(pattern=_QUANTITY.pattern)
+    """Memory as a binary quantity, e.g. ``2Ti``; allocatable is 100Mi less (eviction)."""
+    ephemeral_storage: str = Field(default="1Ti", pattern=_QUANTITY.pattern)
+    """Root filesystem; allocatable is 90% of it (nodefs.available<10%)."""
+    pods: int = Field(default=110, ge=1)
+    gpu: GPUSpec | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> PoolSpec:
+        if _bytes(self.memory) < 1 << 30:
+            raise ValueError(f"memory: at least 1Gi, got {self.memory}")
+        return self
+
+
+class ClusterSpec(_Spec):
+    """A simulated cluster: pools of nodes."""
+
+    name: str = Field(pattern=_DNS_LABEL)
+    description: str = ""
+    pools: FrozenList[PoolSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        names = [pool.name for pool in self.pools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"pools: names given more than once: {', '.join(duplicates)}")
+        all_nodes = node_names(self)
+        if len(set(all_nodes)) != len(all_nodes):
+            raise ValueError("pools: two pools produce the same node name; rename a pool")
+        return self
+
+    @property
+    def node_count(self) -> int:
+        """Nodes over all pools."""
+        return sum(pool.count for pool in self.pools)
+
+    def with_nodes(self, total: int) -> ClusterSpec:
+        """This spec with ``total`` nodes, split across pools in proportion to their counts
+        (largest remainder; ties to the earlier pool)."""
+        if total < 0:
+            raise ValueError(f"nodes must be >= 0, got {total}")
+        current = self.node_count
+        if current == 0:
+            raise ValueError(f"cluster {self.name!r} has no nodes to scale")
+        shares = [pool.count * total for pool in self.pools]
+        counts = [share // current for share in shares]
+        by_remainder = sorted(range(len(shares)), key=lambda i: (-(shares[i] % current), i))
+        for i in by_remainder[: total - sum(counts)]:
+            counts[i] += 1
+        pools = tuple(
+            pool.model_copy(update={"count": n}) for pool, n in zip(self.pools, counts, strict=True)
+        )
+        return self.model_copy(update={"pools": pools})
+
+
+def pool_node_names(pool: PoolSpec) -> list[str]:
+    """Node names of a pool: ``<pool>-000`` ..., zero-padded to at least 3 digits."""
+    width = max(3, len(str(max(pool.count - 1, 0))))
+    return [f"{pool.name}-{n:0{width}d}" for n in range(pool.count)]
+
+
+def node_names(spec: ClusterSpec) -> list[str]:
+    """Node names over all pools, in pool order."""
+    return [name for pool in spec.pools for name in pool_node_names(pool)]
+
+
+def _clusters_dir() -> Traversable:
+    return resources.files("gpusched").joinpath("sim", "clusters")
+
+
+def shipped_clusters() -> list[str]:
+    """Names of the cluster specs shipped in ``gpusched/sim/clusters/``, sorted."""
+    return sorted(
+        entry.name.removesuffix(".yaml")
+        for entry in _clusters_dir().iterdir()
+        if entry.name.endswith(".yaml")
+    )
+
+
+def load_cluster_spec(
+    name_or_path: str | os.PathLike[str], *, nodes: int | None = None
+) -> ClusterSpec:
+    """Load a cluster spec by shipped name (``"dgx-h100"``) or from a YAML file path.
+
+    A string without ``/`` that does not end in ``.yaml``/``.yml`` is a shipped name. With
+    ``nodes``, the spec is rescaled to that many nodes (:meth:`ClusterSpec.with_nodes`).
+    Raises :class:`ClusterSpecError`: an unknown name lists the shipped ones; a YAML or
+    validation error names the file and the field (``pools[1].gpu.memoryMiB: ...``).
+    """
+    text_name = os.fspath(name_or_path)
+    is_path = (
+        isinstance(name_or_path, os.PathLike)
+        or "/" in text_name
+        or os.sep in text_name
+        or text_name.endswith((".yaml", ".yml"))
+    )
+    if is_path:
+        source = text_name
+        try:
+            text = Path(text_name).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ClusterSpecError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    else:
+        entry = _clusters_dir().joinpath(f"{text_name}.yaml")
+        source = f"gpusched/sim/clusters/{text_name}.yaml"
+        if not entry.is_file():
+            raise ClusterSpecError(
+                f"unknown cluster {text_name!r}; shipped clusters: "
+                f"{', '.join(shipped_clusters())} (or give a path to a YAML file)"
+            )
+        text = entry.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ClusterSpecError(f"{source}: invalid YAML: {exc}") from None
+    try:
+        spec = ClusterSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ClusterSpecError(f"{source}: " + "; ".join(validation_problems(exc))) from None
+    if nodes is not None:
+        try:
+            spec = spec.with_nodes(nodes)
+        except ValueError as exc:
+            raise ClusterSpecError(f"{source}: {exc}") from None
+    return spec
+
+
+# --- Building the fleet -------------------------------------------------------------------
+
+_UUID_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, "sim.gpusched.io")
+
+# DGX-1V NVLink counts (see the module docstring) and PCIe bus ids as a DGX-1 enumerates them.
+_DGX1_NVLINKS: Final = {
+    (0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2,
+    (1, 2): 2, (1, 3): 1, (1, 5): 2,
+    (2, 3): 2, (2, 6): 1,
+    (3, 7): 1,
+    (4, 5): 1, (4, 6): 1, (4, 7): 2,
+    (5, 6): 2, (5, 7): 1,
+    (6, 7): 2,
+}  # fmt: skip
+_DGX1_BUS_IDS: Final = (0x06, 0x07, 0x0A, 0x0B, 0x85, 0x86, 0x89, 0x8A)
+_DGX_H100_BUS_IDS: Final = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+def _numa_nodes(count: int) -> list[int]:
+    half = (count + 1) // 2
+    return [0 if i < half or count == 1 else 1 for i in range(count)]
+
+
+def _generic_pcie(a: int, b: int, numa: list[int]) -> PCIeLevelName:
+    if a // 2 == b // 2 and numa[a] == numa[b]:
+        return "PIX"
+    return "NODE" if numa[a] == numa[b] else "SYS"
+
+
+def _link(a: int, b: int, nvlinks: int, pcie: PCIeLevelName) -> GPULink:
+    return GPULink(a=a, b=b, type="NVLink" if nvlinks else "PCIe", nvlinks=nvlinks, pcie=pcie)
+
+
+@dataclass(frozen=True, slots=True)
+class _PoolLayout:
+    """What every node of a GPU pool shares: links, NUMA nodes, bus ids, MIG placements."""
+
+    links: tuple[GPULink, ...]
+    numa: tuple[int, ...]
+    bus_ids: tuple[str, ...]
+    mig: tuple[MIGPlacement, ...] | None
+
+    @classmethod
+    def of(cls, gpu: GPUSpec) -> _PoolLayout:
+        n = gpu.count
+        numa = _numa_nodes(n)
+        pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
+        topology = gpu.topology
+        nvlinks = gpu.nvlinks
+        buses = [0x10 + i * (0xE0 // n) for i in range(n)]
+        if isinstance(topology, tuple):
+            ordered = sorted(topology, key=lambda s: (s.a, s.b))
+            links = [_link(s.a, s.b, s.nvlinks, s.pcie) for s in ordered]
+        elif topology == "nvswitch":
+            count = nvlinks or _NVLINK_DEFAULTS["nvswitch"]
+            links = [_link(a, b, count, "NODE" if numa[a] == numa[b] else "SYS") for a, b in pairs]
+            if n == len(_DGX_H100_BUS_IDS):
+                buses = list(_DGX_H100_BUS_IDS)
+        elif topology == "dgx1-hybrid-cube-mesh":
+            numa = [i // 4 for i in range(n)]
+            links = [
+                _link(
+                    a,
+                    b,
+                    _DGX1_NVLINKS.get((a, b), 0),
+                    "PIX" if a // 2 == b // 2 else "PHB" if a // 4 == b // 4 else "SYS",
+                )
+                for a, b in pairs
+            ]
+            buses = list(_DGX1_BUS_IDS)
+        else:  # "bridged-pairs" or "pcie": the same PCIe tree, bridges or none
+            bridge = 0
+            if topology == "bridged-pairs":
+                bridge = nvlinks or _NVLINK_DEFAULTS["bridged-pairs"]
+            links = [
+                _link(a, b, bridge if a % 2 == 0 and b == a + 1 else 0, _generic_pcie(a, b, numa))
+                for a, b in pairs
+            ]
+        mig = place_mig(gpu.product, gpu.mig) if gpu.mig is not None else None
+        return cls(
+            links=tuple(links),
+            numa=tuple(numa),
+            bus_ids=tuple(f"00000000:{bus:02X}:00.0" for bus in buses),
+            mig=mig,
+        )
+
+
+def _uuid(*parts: object) -> str:
+    return str(uuid.uuid5(_UUID_NAMESPACE, "/".join(str(p) for p in parts)))
+
+
+def _inventory(node: str, gpu: GPUSpec, layout: _PoolLayout) -> GPUNodeInventory:
+    gpus = []
+    for i in range(gpu.count):
+        mig_devices: tuple[MIGDevice, ...] = ()
+        if layout.mig is not None:
+            mig_devices = tuple(
+                MIGDevice(
+                    uuid=f"MIG-{_uuid(node, i, p.gpu_instance_id, 0)}",
+                    profile=p.profile,
+                    memory_mib=p.memory_mib,
+                    gpu_instance_id=p.gpu_instance_id,
+                    compute_instance_id=0,
+                    placement_start=p.start,
+                    placement_size=p.size,
+                )
+                for p in layout.mig
+            )
+        gpus.append(
+            GPUDevice(
+                index=i,
+                uuid=f"GPU-{_uuid(node, i)}",
+                product=gpu.product,
+                memory_mib=gpu.memory_mib,
+                pci_bus_id=layout.bus_ids[i],
+                numa_node=layout.numa[i],
+                mig_enabled=layout.mig is not None,
+                mig_devices=mig_devices,
+            )
+        )
+    return GPUNodeInventory(
+        node_name=node,
+        source="simulated",
+        driver_version=gpu.driver_version,
+        cuda_driver_version=gpu.cuda_driver_version,
+        gpus=tuple(gpus),
+        links=layout.links,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SimNode:
+    """One simulated node: its v1 Node object (status included) and GPU inventory."""
+
+    name: str
+    pool: str
+    node: dict[str, Any]
+    inventory: GPUNodeInventory | None
+
+    def create_body(self) -> dict[str, Any]:
+        """The Node without ``status`` (create ignores it), a fresh copy."""
+        return copy.deepcopy({k: v for k, v in self.node.items() if k != "status"})
+
+
+def _timestamp(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(kind: str, status: str, reason: str, message: str, at: str) -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": at,
+        "lastTransitionTime": at,
+    }
+
+
+def _node_object(
+    name: str,
+    pool: PoolSpec,
+    address: str,
+    inventory: GPUNodeInventory | None,
+    at: str,
+) -> dict[str, Any]:
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        LABEL_POOL: pool.name,
+        SIMULATED_NODE_LABEL: "true",
+        **pool.labels,
+    }
+    gpu_resources: dict[str, str] = {}
+    if inventory is not None:
+        labels.update(node_labels(inventory))
+        gpu_resources = node_extended_resources(inventory)
+    memory_ki = _bytes(pool.memory) // 1024
+    storage = _bytes(pool.ephemeral_storage)
+    capacity = {
+        "cpu": str(pool.cpu),
+        "ephemeral-storage": f"{storage // 1024}Ki",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "memory": f"{memory_ki}Ki",
+        "pods": str(pool.pods),
+        **gpu_resources,
+    }
+    allocatable = {
+        **capacity,
+        "ephemeral-storage": str(storage * 9 // 10),
+        "memory": f"{memory_ki - 100 * 1024}Ki",
+    }
+    spec: dict[str, Any] = {}
+    if pool.taints:
+        spec["taints"] = [
+            {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
+            for t in pool.taints
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": dict(sorted(labels.items())),
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
+        },
+        "spec": spec,
+        "status": {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "conditions": [
+                _condition(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                    at,
+                ),
+                _condition(
+                    "DiskPressure",
+                    "False",
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                    at,
+                ),
+                _condition(
+                    "PIDPressure",
+                    "False",
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                    at,
+                ),
+                _condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", at),
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": address},
+                {"type": "Hostname", "address": name},
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "machineID": uuid.uuid5(_UUID_NAMESPACE, f"{name}/machine").hex,
+                "systemUUID": _uuid(name, "system").upper(),
+                "bootID": _uuid(name, "boot"),
+                "kernelVersion": "6.8.0-48-generic",
+                "osImage": "Ubuntu 22.04.5 LTS",
+                "containerRuntimeVersion": "containerd://1.7.22",
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": KUBELET_VERSION,
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    }
+
+
+def build_fleet(spec: ClusterSpec, *, now: datetime | None = None) -> list[SimNode]:
+    """Build every node of ``spec``: Node objects and GPU inventories, in pool order.
+
+    Deterministic except for condition timestamps, which are ``now`` (default: the current
+    time). Node ``i`` of pool ``p`` (0-based) gets InternalIP ``10.<p+1>.0.0/16`` + ``i + 1``.
+    O(nodes * GPUs²).
+    """
+    at = _timestamp(now or datetime.now(UTC))
+    fleet = []
+    for pool_index, pool in enumerate(spec.pools):
+        layout = _PoolLayout.of(pool.gpu) if pool.gpu is not None else None
+        network = ipaddress.IPv4Network(f"10.{pool_index + 1}.0.0/16")
+        for i, name in enumerate(pool_node_names(pool)):
+            inventory = (
+                _inventory(name, pool.gpu, layout)
+                if pool.gpu is not None and layout is not None
+                else None
+            )
+            address = str(network.network_address + i + 1)
+            fleet.append(
+                SimNode(
+                    name, pool.name, _node_object(name, pool, address, inventory, at), inventory
+                )
+            )
+    return fleet
+
+
+# --- Talking to an API server ---------------------------------------------------------------
+
+_MERGE_PATCH: Final = "application/merge-patch+json"
+_OWNED_PREFIXES: Final = (GFD_LABEL_PREFIX, "gpusched.io/")
+
+
+class FleetError(RuntimeError):
+    """Applying or deleting a fleet failed; the message names the objects and the errors."""
+
+
+async def _call(method: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+    """Call a kubernetes_asyncio API method and return the response's JSON, no model.
+
+    Raises ``ApiException`` (with ``status`` and ``body``) for a non-2xx answer.
+    """
+    response = await method(*args, _preload_content=False, **kwargs)
+    try:
+        body = await response.read()
+        if not 200 <= response.status < 300:
+            exc = ApiException(status=response.status, reason=response.reason)
+            exc.body = body.decode("utf-8", "replace")
+            raise exc
+        return json.loads(body) if body else {}
+    finally:
+        response.release()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        detail = ""
+        body: Any = getattr(exc, "body", None)
+        if isinstance(body, str):
+            try:
+                detail = str(json.loads(body).get("message", ""))
+            except (ValueError, AttributeError):
+                detail = body[:200]
+        return f"HTTP {exc.status} {exc.reason}" + (f": {detail}" if detail else "")
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _run_bounded(
+    what: str, items: Iterable[Any], work: Callable[[Any], Awaitable[None]], concurrency: int
+) -> None:
+    """Run ``work`` on every item, at most ``concurrency`` at once; fail fast on an error."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(item: Any) -> None:
+        async with gate:
+            await work(item)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for item in items:
+                group.create_task(one(item))
+    except ExceptionGroup as errors:
+        shown = "; ".join(str(e) for e in errors.exceptions[:5])
+        more = len(errors.exceptions) - 5
+        raise FleetError(
+            f"{what}: {shown}" + (f" (and {more} more)" if more > 0 else "")
+        ) from errors
+
+
+def load_crd() -> dict[str, Any]:
+    """The packaged ``GPUNodeInventory`` CRD, annotated with its digest."""
+    data = resources.files("gpusched").joinpath("crds", f"{CRD_NAME}.yaml").read_bytes()
+    crd: dict[str, Any] = yaml.safe_load(data)
+    annotations = crd["metadata"].setdefault("annotations", {})
+    annotations[CRD_DIGEST_ANNOTATION] = hashlib.sha256(data).hexdigest()
+    return crd
+
+
+def _established(crd: Any) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
+async def ensure_crd(api_client: client.ApiClient, *, timeout_s: float = 60.0) -> None:
+    """Create the ``GPUNodeInventory`` CRD if missing (or replace it if the packaged YAML
+    changed, by its digest annotation), then wait until it is Established.
+
+    The wait lists the CRD and watches it from the list's resourceVersion; no sleeping.
+    Each phase (writing, then waiting for Established) is bounded by ``timeout_s`` seconds;
+    raises ``TimeoutError`` when one runs out.
+    """
+    ext: Any = client.ApiextensionsV1Api(api_client)
+    crd = load_crd()
+    digest = crd["metadata"]["annotations"][CRD_DIGEST_ANNOTATION]
+    async with asyncio.timeout(timeout_s):
+        for _attempt in range(5):
+            try:
+                current = await _call(ext.read_custom_resource_definition, CRD_NAME)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                try:
+                    await _call(ext.create_custom_resource_definition, crd)
+                    break
+                except ApiException as exc2:
+                    if exc2.status != 409:
+                        raise
+                    continue
+            annotations = current.get("metadata", {}).get("annotations") or {}
+            if annotations.get(CRD_DIGEST_ANNOTATION) == digest:
+                break
+            body = copy.deepcopy(crd)
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                await _call(ext.replace_custom_resource_definition, CRD_NAME, body)
+                break
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        else:
+            raise FleetError(f"CustomResourceDefinition {CRD_NAME}: conflicts on every write")
+    try:
+        async with asyncio.timeout(timeout_s):
+            await _wait_established(ext)
+    except TimeoutError:
+        raise TimeoutError(
+            f"CustomResourceDefinition {CRD_NAME} not Established within {timeout_s:g}s"
+        ) from None
+
+
+async def _wait_established(ext: Any) -> None:
+    selector = f"metadata.name={CRD_NAME}"
+    while True:
+        listing = await _call(ext.list_custom_resource_definition, field_selector=selector)
+        if any(_established(item) for item in listing.get("items") or []):
+            return
+        version = (listing.get("metadata") or {}).get("resourceVersion")
+        kwargs: dict[str, Any] = {"field_selector": selector, "timeout_seconds": 30}
+        if version:
+            kwargs["resource_version"] = version
+        try:
+            async with watch.Watch(return_type="object") as stream:
+                async for event in stream.stream(ext.list_custom_resource_definition, **kwargs):
+                    if event["type"] in ("ADDED", "MODIFIED") and _established(event["raw_object"]):
+                        return
+        except ApiException as exc:
+            if exc.status != 410:  # 410 Gone: our resourceVersion expired; list again
+                raise
+
+
+def _owned_removals(current: dict[str, Any], desired: dict[str, str]) -> dict[str, None]:
+    """Merge-patch nulls for keys we own (``nvidia.com/``, ``gpusched.io/``) now gone."""
+    return {key: None for key in current if key.startswith(_OWNED_PREFIXES) and key not in desired}
+
+
+async def _apply_inventory(custom: Any, obj: dict[str, Any]) -> None:
+    name = obj["metadata"]["name"]
+    try:
+        await _call(custom.create_cluster_custom_object, API_GROUP, VERSION, PLURAL, obj)
+        return
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    for _attempt in range(5):
+        current = await _call(custom.get_cluster_custom_object, API_GROUP, VERSION, PLURAL, name)
+        body = copy.deepcopy(obj)
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        try:
+            await _call(
+                custom.replace_cluster_custom_object, API_GROUP, VERSION, PLURAL, name, body
+            )
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    raise FleetError(f"GPUNodeInventory {name}: conflicts on every replace")
+
+
+async def _apply_node(core: Any, custom: Any, sim: SimNode) -> None:
+    desired = sim.node
+    current_status: dict[str, Any] = {}
+    try:
+        created = await _call(core.create_node, sim.create_body())
+        uid = created["metadata"]["uid"]
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        current = await _call(core.read_node, sim.name)
+        uid = current["metadata"]["uid"]
+        current_status = current.get("status") or {}
+        labels = desired["metadata"]["labels"]
+        metadata_patch = {
+            "metadata": {
+                "labels": {
+                    **_owned_removals(current["metadata"].get("labels") or {}, labels),
+                    **labels,
+                },
+                "annotations": desired["metadata"]["annotations"],
+            },
+            "spec": {"taints": desired["spec"].get("taints")},
+        }
+        await _call(core.patch_node, sim.name, metadata_patch, _content_type=_MERGE_PATCH)
+    status = copy.deepcopy(desired["status"])
+    for field in ("capacity", "allocatable"):
+        status[field] = {
+            **_owned_removals(current_status.get(field) or {}, status[field]),
+            **status[field],
+        }
+    await _call(core.patch_node_status, sim.name, {"status": status}, _content_type=_MERGE_PATCH)
+    if sim.inventory is not None:
+        await _apply_inventory(custom, inventory_to_object(sim.inventory, uid))
+
+
+async def apply_fleet(
+    api_client: client.ApiClient,
+    spec: ClusterSpec,
+    *,
+    create_crd: bool = True,
+    concurrency: int = 32,
+    now: datetime | None = None,
+) -> None:
+    """Write ``spec``'s nodes and inventories to the API server behind ``api_client``.
+
+    Idempotent: existing Nodes get their labels, annotations, taints and status updated
+    (stale ``nvidia.com/`` and ``gpusched.io/`` labels and resources removed) and existing
+    inventories are replaced. With ``create_crd`` the CRD is ensured first
+    (:func:`ensure_crd`). At most ``concurrency`` nodes are in flight. Raises
+    :class:`FleetError` naming the first failures.
+    """
+    if create_crd:
+        await ensure_crd(api_client)
+    core: Any = client.CoreV1Api(api_client)
+    custom: Any = client.CustomObjectsApi(api_client)
+
+    async def work(sim: SimNode) -> None:
+        try:
+            await _apply_node(core, custom, sim)
+        except ApiException as exc:
+            raise FleetError(f"node {sim.name}: {_describe(exc)}") from exc
+
+    await _run_bounded(
+        f"applying cluster {spec.name!r}", build_fleet(spec, now=now), work, concurrency
+    )
+
+
+async def delete_fleet(
+    api_client: client.ApiClient, spec: ClusterSpec, *, concurrency: int = 32
+) -> None:
+    """Delete ``spec``'s inventories and Nodes (missing ones are fine). The CRD stays.
+
+    Inventories are deleted explicitly rather than left to the garbage collector, which a
+    simulated API server may not run.
+    """
+    core: Any = client.CoreV1Api(api_client)
+    custom: Any = client.CustomObjectsApi(api_client)
+    gpu_nodes = {
+        name for pool in spec.pools if pool.gpu is not None for name in pool_node_names(pool)
+    }
+
+    async def work(name: str) -> None:
+        try:
+            if name in gpu_nodes:
+                try:
+                    await _call(
+                        custom.delete_cluster_custom_object, API_GROUP, VERSION, PLURAL, name
+                    )
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+            try:
+                await _call(core.delete_node, name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        except ApiException as exc:
+            raise FleetError(f"node {name}: {_describe(exc)}") from exc
+
+    await _run_bounded(f"deleting cluster {spec.name!r}", node_names(spec), work, concurrency)

@@ -1,0 +1,477 @@
+"""Simulated kubelets: the part KWOK plays, for every node labelled as simulated.
+
+It is an ordinary API client (list/watch pods and nodes, patch ``pods/status``, DELETE with
+grace 0), so it runs unchanged against the simulated API server or a real cluster whose fake
+GPU nodes have no kubelet (``gpusched sim kubelet --kubeconfig K``). For each pod bound to one
+of its nodes it does what a kubelet does that a scheduler can observe:
+
+- *admission*: the pod's requests (cpu, memory, pods, extended resources such as
+  ``nvidia.com/gpu``) are checked against the node's allocatable minus the pods it already
+  runs; a pod that does not fit fails with ``OutOf<resource>``, exactly as a real kubelet
+  rejects an over-committed pod. A scheduler that double-books GPUs is caught here.
+- *running*: admitted pods go Running with the conditions, IPs and container statuses a
+  kubelet reports;
+- *finishing*: a pod annotated ``sim.gpusched.io/duration: 90s`` (or ``5m``, ``1h``, a number of
+  seconds) succeeds that long after it started; without the annotation it runs until deleted;
+- *termination*: a pod with a deletionTimestamp is confirmed deleted (DELETE, grace 0, uid
+  precondition) after ``sim.gpusched.io/termination-seconds`` (default 0) on the kubelet's
+  clock.
+
+All waiting is on an injectable ``Clock``: tests advance a ``FakeClock`` instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from gpusched.clock import Clock, RealClock
+from gpusched.kube.client import Kube, resource_path
+from gpusched.kube.errors import APIConflict, APIError, APINotFound
+from gpusched.kube.reflector import Reflector, object_key
+from gpusched.sim.kinds import parse_quantity
+
+__all__ = [
+    "DURATION_ANNOTATION",
+    "SIMULATED_NODE_LABEL",
+    "TERMINATION_ANNOTATION",
+    "SimKubelet",
+    "parse_duration",
+    "pod_requests",
+]
+
+log = logging.getLogger(__name__)
+
+SIMULATED_NODE_LABEL = "sim.gpusched.io/kubelet"
+"""Nodes carrying this label (value "true") are run by the simulated kubelet."""
+DURATION_ANNOTATION = "sim.gpusched.io/duration"
+TERMINATION_ANNOTATION = "sim.gpusched.io/termination-seconds"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``5m``, ``1h``, ``250ms`` or plain seconds; ValueError otherwise."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(f"invalid duration {text!r}: use a number with s, m or h (e.g. 90s)")
+    value = float(m.group(1))
+    return value * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
+    """Effective requests as the kubelet and scheduler compute them.
+
+    max(sum over containers, max over init containers) per resource, plus pod overhead.
+    """
+    spec = pod.get("spec") or {}
+    total: dict[str, Fraction] = {}
+    for c in spec.get("containers") or ():
+        for name, q in ((c.get("resources") or {}).get("requests") or {}).items():
+            total[name] = total.get(name, Fraction(0)) + Fraction(parse_quantity(str(q)))
+    for c in spec.get("initContainers") or ():
+        for name, q in ((c.get("resources") or {}).get("requests") or {}).items():
+            value = Fraction(parse_quantity(str(q)))
+            if value > total.get(name, Fraction(0)):
+                total[name] = value
+    for name, q in (spec.get("overhead") or {}).items():
+        total[name] = total.get(name, Fraction(0)) + Fraction(parse_quantity(str(q)))
+    total["pods"] = Fraction(1)
+    return total
+
+
+def _fmt(value: Fraction) -> str:
+    return str(int(value)) if value.denominator == 1 else f"{float(value):g}"
+
+
+class SimKubelet:
+    """Runs every simulated node's pods; ``await run()`` until cancelled."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        clock: Clock | None = None,
+        *,
+        workers: int = 16,
+        backoff_initial: float = 0.2,
+    ) -> None:
+        self.kube = kube
+        self.clock = clock or RealClock()
+        self.nodes = Reflector(
+            kube,
+            resource_path("", "v1", "nodes"),
+            handler=self._on_node,
+            label_selector=f"{SIMULATED_NODE_LABEL}=true",
+            clock=self.clock,
+            backoff_initial=backoff_initial,
+            name="kubelet/nodes",
+        )
+        self.pods = Reflector(
+            kube,
+            resource_path("", "v1", "pods"),
+            handler=self._on_pod,
+            field_selector="spec.nodeName!=",
+            clock=self.clock,
+            backoff_initial=backoff_initial,
+            name="kubelet/pods",
+        )
+        self._workers = workers
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._admitted: dict[str, dict[str, set[str]]] = {}  # node -> uid set per key
+        self._running: dict[str, tuple[str, str]] = {}  # pod uid -> (node, key)
+        self._timers: dict[str, asyncio.Task[None]] = {}  # pod uid -> finish/termination timer
+        self.started = 0
+        self.rejected = 0
+        self.finished = 0
+        self.deleted = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self.nodes.run(), name="kubelet-nodes"),
+            asyncio.create_task(self._start_pods_after_nodes(), name="kubelet-pods"),
+        ]
+        tasks += [
+            asyncio.create_task(self._worker(), name=f"kubelet-worker-{i}")
+            for i in range(self._workers)
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in [*tasks, *self._timers.values()]:
+                t.cancel()
+            for t in [*tasks, *self._timers.values()]:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+    async def _start_pods_after_nodes(self) -> None:
+        await self.nodes.synced.wait()
+        await self.pods.run()
+
+    # ------------------------------------------------------------------ events
+
+    def _managed(self, node: str) -> bool:
+        return node in self.nodes.items
+
+    def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind == "ADDED":
+            name = node["metadata"]["name"]
+            for key, pod in self.pods.items.items():
+                if (pod.get("spec") or {}).get("nodeName") == name:
+                    self._enqueue(key)
+
+    def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._enqueue(object_key(pod))
+
+    def _enqueue(self, key: str) -> None:
+        if key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            try:
+                await self._sync(key)
+            except APIError as exc:
+                log.warning("kubelet: syncing %s: %s; will retry", key, exc)
+                await self.clock.sleep(0.2)
+                self._enqueue(key)
+
+    # ------------------------------------------------------------------ the pod state machine
+
+    async def _sync(self, key: str) -> None:
+        pod = self.pods.items.get(key)
+        if pod is None:
+            self._forget_key(key)
+            return
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName") or ""
+        if not self._managed(node):
+            return
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        status = pod.get("status") or {}
+        phase = status.get("phase", "Pending")
+        if meta.get("deletionTimestamp"):
+            self._release(uid)
+            if uid not in self._timers or self._timers[uid].get_name() != "terminate":
+                self._cancel_timer(uid)
+                self._timers[uid] = asyncio.create_task(self._terminate(pod), name="terminate")
+            return
+        if phase in ("Succeeded", "Failed"):
+            self._release(uid)
+            return
+        if phase == "Pending" and uid not in self._running:
+            await self._admit_and_start(key, pod, node)
+        elif phase == "Running":
+            self._running.setdefault(uid, (node, key))
+            self._schedule_finish(pod)
+
+    def _used(self, node: str, exclude: str) -> dict[str, Fraction]:
+        used: dict[str, Fraction] = {}
+        for uid, (n, key) in self._running.items():
+            if n != node or uid == exclude:
+                continue
+            pod = self.pods.items.get(key)
+            if pod is None:
+                continue
+            for name, q in pod_requests(pod).items():
+                used[name] = used.get(name, Fraction(0)) + q
+        return used
+
+    async def _admit_and_start(self, key: str, pod: dict[str, Any], node_name: str) -> None:
+        node = self.nodes.items[node_name]
+        uid = pod["metadata"]["uid"]
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        used = self._used(node_name, uid)
+        for name, want in sorted(pod_requests(pod).items()):
+            if want == 0:
+                continue
+            cap = Fraction(parse_quantity(str(allocatable.get(name, "0"))))
+            have = used.get(name, Fraction(0))
+            if want > cap - have:
+                await self._reject(pod, name, want, have, cap)
+                return
+        self._running[uid] = (node_name, key)
+        now = self.clock.now()
+        ts = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        host_ip = _node_ip(node)
+        status = {
+            "phase": "Running",
+            "conditions": _conditions(pod, ts, ready=True),
+            "hostIP": host_ip,
+            "hostIPs": [{"ip": host_ip}],
+            "podIP": _pod_ip(uid),
+            "podIPs": [{"ip": _pod_ip(uid)}],
+            "startTime": ts,
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "state": {"running": {"startedAt": ts}},
+                    "lastState": {},
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": c.get("image", ""),
+                    "imageID": _image_id(c.get("image", "")),
+                    "containerID": _container_id(uid, c["name"]),
+                    "started": True,
+                }
+                for c in (pod.get("spec") or {}).get("containers") or ()
+            ],
+        }
+        try:
+            updated = await self._patch_status(pod, status)
+        except (APINotFound, APIConflict):
+            self._running.pop(uid, None)
+            return
+        except APIError:
+            self._running.pop(uid, None)
+            raise
+        self.started += 1
+        self._schedule_finish(updated)
+
+    async def _reject(
+        self, pod: dict[str, Any], resource: str, want: Fraction, used: Fraction, cap: Fraction
+    ) -> None:
+        self.rejected += 1
+        message = (
+            f"Pod was rejected: Node didn't have enough resource: {resource}, requested: "
+            f"{_fmt(want)}, used: {_fmt(used)}, capacity: {_fmt(cap)}"
+        )
+        log.warning(
+            "kubelet: %s/%s: %s", pod["metadata"].get("namespace"), pod["metadata"]["name"], message
+        )
+        with contextlib.suppress(APINotFound, APIConflict):
+            await self._patch_status(
+                pod,
+                {"phase": "Failed", "reason": f"OutOf{resource}", "message": message},
+            )
+
+    async def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        meta = pod["metadata"]
+        path = resource_path("", "v1", "pods", meta.get("namespace"), meta["name"], "status")
+        body = {"metadata": {"uid": meta["uid"]}, "status": status}
+        result: dict[str, Any] = await self.kube.patch(path, body)
+        return result
+
+    def _schedule_finish(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        if uid in self._timers:
+            return
+        text = (meta.get("annotations") or {}).get(DURATION_ANNOTATION)
+        if not text:
+            return
+        try:
+            duration = parse_duration(text)
+        except ValueError as exc:
+            log.warning("kubelet: %s: %s; the pod runs until deleted", meta["name"], exc)
+            return
+        self._timers[uid] = asyncio.create_task(self._finish_after(pod, duration), name="finish")
+
+    async def _finish_after(self, pod: dict[str, Any], duration: float) -> None:
+        await self.clock.sleep(duration)
+        meta = pod["metadata"]
+        key = object_key(pod)
+        current = self.pods.items.get(key)
+        self._timers.pop(meta["uid"], None)
+        if current is None or current["metadata"]["uid"] != meta["uid"]:
+            return
+        if current["metadata"].get("deletionTimestamp"):
+            return
+        ts = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        started = (current.get("status") or {}).get("startTime", ts)
+        status = {
+            "phase": "Succeeded",
+            "conditions": _conditions(current, ts, ready=False),
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "reason": "Completed",
+                            "startedAt": started,
+                            "finishedAt": ts,
+                            "containerID": _container_id(meta["uid"], c["name"]),
+                        }
+                    },
+                    "lastState": {},
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": c.get("image", ""),
+                    "imageID": _image_id(c.get("image", "")),
+                    "started": False,
+                }
+                for c in (current.get("spec") or {}).get("containers") or ()
+            ],
+        }
+        while True:
+            try:
+                await self._patch_status(current, status)
+                break
+            except (APINotFound, APIConflict):
+                return
+            except APIError as exc:
+                log.warning("kubelet: finishing %s: %s; retrying", meta["name"], exc)
+                await self.clock.sleep(0.2)
+        self._release(meta["uid"])
+        self.finished += 1
+
+    async def _terminate(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        text = (meta.get("annotations") or {}).get(TERMINATION_ANNOTATION, "0")
+        try:
+            delay = min(parse_duration(text), float(meta.get("deletionGracePeriodSeconds") or 0))
+        except ValueError:
+            delay = 0.0
+        if delay > 0:
+            await self.clock.sleep(delay)
+        path = resource_path("", "v1", "pods", meta.get("namespace"), meta["name"])
+        body = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": meta["uid"]},
+        }
+        while True:
+            try:
+                await self.kube.delete(path, body)
+                self.deleted += 1
+                break
+            except (APINotFound, APIConflict):
+                break
+            except APIError as exc:
+                log.warning("kubelet: deleting %s: %s; retrying", meta["name"], exc)
+                await self.clock.sleep(0.2)
+        self._timers.pop(meta["uid"], None)
+
+    def _release(self, uid: str) -> None:
+        self._running.pop(uid, None)
+        timer = self._timers.get(uid)
+        if timer is not None and timer.get_name() == "finish":
+            self._cancel_timer(uid)
+
+    def _cancel_timer(self, uid: str) -> None:
+        timer = self._timers.pop(uid, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+
+    def _forget_key(self, key: str) -> None:
+        for uid, (_, k) in list(self._running.items()):
+            if k == key:
+                self._release(uid)
+
+
+def _conditions(pod: dict[str, Any], ts: str, ready: bool) -> list[dict[str, Any]]:
+    scheduled = next(
+        (
+            c
+            for c in (pod.get("status") or {}).get("conditions") or ()
+            if c.get("type") == "PodScheduled"
+        ),
+        {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": ts},
+    )
+    value = "True" if ready else "False"
+    extra = {} if ready else {"reason": "PodCompleted"}
+    return [
+        {
+            "type": "PodReadyToStartContainers",
+            "status": value,
+            "lastProbeTime": None,
+            "lastTransitionTime": ts,
+        },
+        {
+            "type": "Initialized",
+            "status": "True",
+            "lastProbeTime": None,
+            "lastTransitionTime": ts,
+            **extra,
+        },
+        {
+            "type": "Ready",
+            "status": value,
+            "lastProbeTime": None,
+            "lastTransitionTime": ts,
+            **extra,
+        },
+        {
+            "type": "ContainersReady",
+            "status": value,
+            "lastProbeTime": None,
+            "lastTransitionTime": ts,
+            **extra,
+        },
+        scheduled,
+    ]
+
+
+def _image_id(image: str) -> str:
+    return f"{image}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+
+
+def _container_id(uid: str, name: str) -> str:
+    return f"containerd://{hashlib.sha256((uid + name).encode()).hexdigest()}"
+
+
+def _node_ip(node: Mapping[str, Any]) -> str:
+    for addr in (node.get("status") or {}).get("addresses") or ():
+        if addr.get("type") == "InternalIP":
+            return str(addr.get("address", ""))
+    digest = hashlib.sha256(node["metadata"]["name"].encode()).digest()
+    return f"10.{digest[0]}.{digest[1]}.{digest[2] or 1}"
+
+
+def _pod_ip(uid: str) -> str:
+    digest = hashlib.sha256(uid.encode()).digest()
+    return f"10.{128 + digest[0] % 64}.{digest[1]}.{digest[2] or 1}"

@@ -1,0 +1,1295 @@
+"""The simulated API server's REST semantics, independent of HTTP.
+
+This is the part of kube-apiserver that ``k8s.io/apiserver/pkg/registry/generic/registry``
+(the generic store) and the endpoint handlers implement: metadata the server owns (uid,
+resourceVersion, creationTimestamp, generation, deletionTimestamp), optimistic concurrency,
+create-on-existing and stale-update conflicts, the patch types, graceful deletion and
+finalizers, owner-reference garbage collection, namespaces and their termination, the
+``pods/binding`` subresource, CustomResourceDefinitions that bring their resources to life,
+and list/watch with selectors, pagination and resource-version semantics.
+
+Per-kind behaviour (defaults, validation, which fields a selector may name, graceful periods)
+comes from ``gpusched.sim.kinds`` strategies; CRD schemas from ``gpusched.sim.crd``.
+
+Every method is synchronous: a request is handled atomically between two awaits, which is
+the serialisation etcd's transactions give the real server.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import random
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpusched.sim import crd as crdlib
+from gpusched.sim import errors, kinds
+from gpusched.sim import patch as patchlib
+from gpusched.sim.selectors import (
+    FieldSelector,
+    LabelSelector,
+    SelectorError,
+    default_field_label_conversion,
+    field_label_conversion,
+    parse_field_selector,
+    parse_label_selector,
+)
+from gpusched.sim.store import Entry, Storage, Store, Watcher, dumps
+
+__all__ = ["Clock", "ListResult", "Registry", "Resource", "WatchStart", "format_time"]
+
+Clock = Callable[[], datetime]
+
+_STANDARD_VERBS = (
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+)
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # utilrand.String's alphabet
+_CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this response "
+    "to retrieve the remainder of the results. Continuing with the provided token results in an "
+    "inconsistent list - objects that were created, modified, or deleted between the time the "
+    "first chunk was returned and now may show up in the list."
+)
+
+
+def format_time(t: datetime) -> str:
+    """RFC 3339 with second precision in UTC, as ``metav1.Time`` marshals."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One served resource of one group/version, as discovery lists it."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    singular: str
+    storage: str
+    strategy: kinds.Strategy
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = _STANDARD_VERBS
+    subresources: tuple[str, ...] = ()
+    # Conversion between the stored form and this version's form (events.k8s.io/v1 events).
+    to_external: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    to_internal: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    schema: Mapping[str, Any] | None = None  # CRD openAPIV3Schema for custom resources
+    crd_name: str = ""
+    allow_create_on_update: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def type_prefix(self) -> bytes:
+        """The encoding's first bytes, stripped for list items (typed lists omit TypeMeta)."""
+        return b'{"kind":%s,"apiVersion":%s,' % (
+            dumps(self.kind),
+            dumps(self.api_version),
+        )
+
+
+@dataclass
+class ListResult:
+    resource: Resource
+    items: list[Entry]
+    rv: int
+    continue_token: str = ""
+    remaining: int | None = None
+
+
+@dataclass
+class WatchStart:
+    """A watcher already registered, and the lines to send before its live events."""
+
+    watcher: Watcher
+    initial: list[bytes] = field(default_factory=list)
+    bookmarks: bool = False
+
+
+def _key(namespace: str | None, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _encode_continue(rv: int, start: str) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, str]:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if data.get("v") != "meta.k8s.io/v1":
+            raise ValueError("continue key is not valid")
+        rv = int(data["rv"])
+        start = str(data["start"])
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise errors.bad_request(f"continue key is not valid: {exc}") from None
+    if rv <= 0:
+        raise errors.bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion "
+            "(version meta.k8s.io/v1)"
+        )
+    return rv, start
+
+
+def _parse_rv(text: str, param: str = "resourceVersion") -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise errors.bad_request(f'invalid {param}: "{text}"') from None
+    if value < 0:
+        raise errors.bad_request(f'invalid {param}: "{text}"')
+    return value
+
+
+def _spec_changed(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    keys = (set(new) | set(old)) - {"metadata", "status", "apiVersion", "kind"}
+    return any(new.get(k) != old.get(k) for k in keys)
+
+
+class Registry:
+    """All resources of the simulated cluster and the verbs on them."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+        self.resources: dict[tuple[str, str, str], Resource] = {}
+        self._owners: dict[str, set[tuple[str, str]]] = {}  # owner uid -> {(storage, key)}
+        self._storage_resource: dict[str, Resource] = {}
+        self.pending_gc: list[str] = []  # uids of deleted owners, for the background collector
+        self._uids: dict[str, str] = {}  # uid -> storage name, of every live object
+        self.terminating_namespaces: set[str] = set()
+        self.pending_crds: list[str] = []  # created CRDs the "controllers" have yet to establish
+        self._install_builtins()
+
+    # ------------------------------------------------------------------ resources
+
+    def add_resource(self, res: Resource) -> None:
+        self.resources[(res.group, res.version, res.plural)] = res
+        if res.to_internal is None:
+            self._storage_resource[res.storage] = res
+        strategy = res.strategy
+        self.store.storage(res.storage, strategy.field_set)
+
+    def remove_resource(self, res: Resource) -> None:
+        self.resources.pop((res.group, res.version, res.plural), None)
+        if not any(r.storage == res.storage for r in self.resources.values()):
+            self.store.drop_storage(res.storage)
+            self._storage_resource.pop(res.storage, None)
+
+    def _builtin(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        kind: str,
+        namespaced: bool,
+        short_names: tuple[str, ...] = (),
+        subresources: tuple[str, ...] = (),
+        storage: str | None = None,
+        **extra: Any,
+    ) -> None:
+        self.add_resource(
+            Resource(
+                group=group,
+                version=version,
+                plural=plural,
+                kind=kind,
+                namespaced=namespaced,
+                singular=kind.lower(),
+                storage=storage or (f"{plural}.{group}" if group else plural),
+                strategy=kinds.strategy_for(group, kind),
+                short_names=short_names,
+                subresources=subresources,
+                **extra,
+            )
+        )
+
+    def _install_builtins(self) -> None:
+        self._builtin("", "v1", "namespaces", "Namespace", False, ("ns",), ("status", "finalize"))
+        self._builtin("", "v1", "nodes", "Node", False, ("no",), ("status",))
+        self._builtin(
+            "", "v1", "pods", "Pod", True, ("po",), ("status", "binding"), categories=("all",)
+        )
+        self._builtin("", "v1", "events", "Event", True, ("ev",), allow_create_on_update=True)
+        self._builtin(
+            "events.k8s.io",
+            "v1",
+            "events",
+            "Event",
+            True,
+            ("ev",),
+            storage="events",
+            to_external=kinds.event_to_events_v1,
+            to_internal=kinds.event_from_events_v1,
+            allow_create_on_update=True,
+        )
+        self._builtin("coordination.k8s.io", "v1", "leases", "Lease", True)
+        self._builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            False,
+            ("crd", "crds"),
+            ("status",),
+            categories=("api-extensions",),
+        )
+
+    def resource(self, group: str, version: str, plural: str) -> Resource | None:
+        return self.resources.get((group, version, plural))
+
+    def storage_of(self, res: Resource) -> Storage:
+        return self.store.storages[res.storage]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _now(self) -> datetime:
+        return self.clock()
+
+    def _external(self, res: Resource, entry: Entry) -> Entry:
+        if res.to_external is None:
+            return entry
+        return Entry(res.to_external(entry.obj))
+
+    def _check_namespace(self, res: Resource, namespace: str | None, creating: bool) -> None:
+        if not res.namespaced or namespace is None:
+            return
+        ns = self.store.storages["namespaces"].get(namespace)
+        if ns is None:
+            raise errors.not_found("", "namespaces", namespace)
+        if creating and ns.obj["metadata"].get("deletionTimestamp"):
+            raise errors.APIError(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": (
+                        f"{res.plural} is forbidden: unable to create new content in namespace "
+                        f"{namespace} because it is being terminated"
+                        if not res.group
+                        else f"{res.plural}.{res.group} is forbidden: unable to create new "
+                        f"content in namespace {namespace} because it is being terminated"
+                    ),
+                    "reason": "Forbidden",
+                    "details": {
+                        "group": res.group,
+                        "kind": res.plural,
+                        "causes": [
+                            {
+                                "reason": "NamespaceTerminating",
+                                "message": f"namespace {namespace} is being terminated",
+                                "field": "metadata.namespace",
+                            }
+                        ],
+                    },
+                    "code": 403,
+                }
+            )
+
+    def _body_meta(self, res: Resource, obj: Any, namespace: str | None) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the body of the request was in an unknown format")
+        kind = obj.get("kind")
+        api_version = obj.get("apiVersion")
+        if kind not in (None, "", res.kind) or api_version not in (None, "", res.api_version):
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API "
+                f"version ({res.api_version})"
+                if api_version not in (None, "", res.api_version)
+                else f"the kind in the data ({kind}) does not match the expected kind ({res.kind})"
+            )
+        meta = obj.get("metadata")
+        if meta is None:
+            meta = obj["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise errors.bad_request("metadata must be an object")
+        if res.namespaced and namespace is not None:
+            body_ns = meta.get("namespace") or ""
+            if body_ns and body_ns != namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on "
+                    "the request"
+                )
+            meta["namespace"] = namespace
+        elif not res.namespaced:
+            meta.pop("namespace", None)
+        return meta
+
+    def _typed(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        """Put kind and apiVersion first (the list-item trick in ``Resource.type_prefix``)."""
+        out = {"kind": res.kind, "apiVersion": res.api_version}
+        for k, v in obj.items():
+            if k not in ("kind", "apiVersion"):
+                out[k] = v
+        return out
+
+    def _validate(self, res: Resource, errs: list[errors.FieldError], name: str) -> None:
+        if errs:
+            raise errors.invalid(res.kind, res.group, name, errs)
+
+    def _index_owners(self, storage: str, key: str, obj: Mapping[str, Any] | None) -> None:
+        if obj is None:
+            return
+        for ref in obj["metadata"].get("ownerReferences") or ():
+            uid = ref.get("uid")
+            if uid:
+                self._owners.setdefault(uid, set()).add((storage, key))
+
+    # ------------------------------------------------------------------ create
+
+    def create(
+        self,
+        res: Resource,
+        namespace: str | None,
+        body: Any,
+        dry_run: bool = False,
+        strict: bool = False,
+    ) -> Entry:
+        meta = self._body_meta(res, body, namespace)
+        obj = res.to_internal(body) if res.to_internal else body
+        meta = obj["metadata"]
+        self._check_namespace(res, namespace, creating=True)
+        name = meta.get("name") or ""
+        if not name:
+            prefix = meta.get("generateName") or ""
+            if not prefix:
+                raise errors.invalid(
+                    res.kind,
+                    res.group,
+                    "",
+                    [
+                        errors.FieldError(
+                            "metadata.name",
+                            "Required value",
+                            None,
+                            "name or generateName is required",
+                        )
+                    ],
+                )
+            name = prefix + "".join(random.choices(_GENERATE_ALPHABET, k=5))
+            meta["name"] = name
+        storage = self.storage_of(res)
+        key = _key(namespace if res.namespaced else None, name)
+        # Server-owned metadata (rest.FillObjectMetaSystemFields + BeforeCreate).
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = format_time(self._now())
+        for owned in (
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "resourceVersion",
+            "selfLink",
+        ):
+            meta.pop(owned, None)
+        meta.pop("generation", None)
+        if res.strategy.tracks_generation:
+            meta["generation"] = 1
+        if res.schema is not None:
+            self._check_unknown_fields(res, obj, strict)
+            obj = crdlib.prepare_custom_resource(obj, res.schema)
+            meta = obj["metadata"]
+        if res.kind == "CustomResourceDefinition":
+            obj = self._validate_crd(obj)
+            obj["status"] = crdlib.crd_initial_status(obj)
+        res.strategy.prepare_for_create(obj)
+        self._validate(res, list(res.strategy.validate_create(obj)), name)
+        self._validate_custom(res, obj, name)
+        if storage.get(key) is not None:
+            raise errors.already_exists(res.group, res.plural, name)
+        obj = self._typed(self._storage_res(res), obj)
+        if dry_run:
+            obj["metadata"]["resourceVersion"] = ""
+            return self._external(res, Entry(obj))
+        entry = self.store.write(storage, key, obj)
+        self._uids[obj["metadata"]["uid"]] = storage.name
+        self._index_owners(storage.name, key, obj)
+        if res.kind == "CustomResourceDefinition":
+            self.pending_crds.append(name)
+        return self._external(res, entry)
+
+    def _storage_res(self, res: Resource) -> Resource:
+        return self._storage_resource.get(res.storage, res)
+
+    # ------------------------------------------------------------------ read
+
+    def get(self, res: Resource, namespace: str | None, name: str) -> Entry:
+        if res.namespaced and namespace is None:
+            raise errors.not_found(res.group, res.plural, name)
+        entry = self.storage_of(res).get(_key(namespace if res.namespaced else None, name))
+        if entry is None:
+            raise errors.not_found(res.group, res.plural, name)
+        return self._external(res, entry)
+
+    def parse_selectors(
+        self, res: Resource, label_selector: str, field_selector: str
+    ) -> tuple[LabelSelector | None, FieldSelector | None]:
+        try:
+            labels = parse_label_selector(label_selector) if label_selector else None
+            fields = parse_field_selector(field_selector) if field_selector else None
+            if fields is not None:
+                fields = fields.transform(self._field_conversion(res))
+        except SelectorError as exc:
+            raise errors.bad_request(str(exc)) from None
+        if labels is not None and labels.empty():
+            labels = None
+        if fields is not None and fields.empty():
+            fields = None
+        return labels, fields
+
+    @staticmethod
+    def _field_conversion(res: Resource) -> Callable[[str, str], tuple[str, str]]:
+        """Core and events.k8s.io kinds and custom resources register a field-label conversion;
+        the others accept only metadata.name and metadata.namespace."""
+        if res.group in ("", "events.k8s.io") or res.schema is not None:
+            renames = {"spec.host": "spec.nodeName"} if res.kind == "Pod" else None
+            return field_label_conversion(res.strategy.supported_fields, renames)
+        return default_field_label_conversion
+
+    def list_objects(
+        self,
+        res: Resource,
+        namespace: str | None,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+        resource_version: str = "",
+        resource_version_match: str = "",
+    ) -> ListResult:
+        labels, fields = self.parse_selectors(res, label_selector, field_selector)
+        if resource_version_match and not resource_version:
+            raise errors.bad_request(
+                "resourceVersionMatch is forbidden unless resourceVersion is provided"
+            )
+        if continue_token and resource_version and resource_version != "0":
+            raise errors.bad_request(
+                "specifying resource version is not allowed when using continue"
+            )
+        if resource_version_match not in ("", "NotOlderThan", "Exact"):
+            raise errors.bad_request(
+                f'resourceVersionMatch: Unsupported value: "{resource_version_match}": supported '
+                'values: "Exact", "NotOlderThan"'
+            )
+        storage = self.storage_of(res)
+        current = self.store.rv
+        state = storage.objects
+        at = current
+        start = ""
+        if continue_token:
+            at, start = _decode_continue(continue_token)
+            past = storage.state_at(at)
+            if past is None:
+                raise errors.expired(_CONTINUE_EXPIRED)
+            state = past
+        elif resource_version:
+            wanted = _parse_rv(resource_version)
+            if resource_version_match == "Exact":
+                if wanted == 0:
+                    raise errors.bad_request(
+                        'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
+                    )
+                if wanted > current:
+                    raise self._too_large(wanted, current)
+                past = storage.state_at(wanted)
+                if past is None:
+                    raise errors.expired(
+                        f"too old resource version: {wanted} ({storage.oldest_rv()})"
+                    )
+                state, at = past, wanted
+            elif wanted > current:
+                raise self._too_large(wanted, current)
+        ns_prefix = f"{namespace}/" if res.namespaced and namespace else ""
+        begin = max(start, ns_prefix)
+        keys = state.irange(minimum=begin) if begin else iter(state)
+        items: list[Entry] = []
+        next_key = ""
+        remaining = 0
+        for key in keys:
+            if ns_prefix and not key.startswith(ns_prefix):
+                break
+            entry: Entry = state[key]
+            if limit and len(items) >= limit:
+                next_key = key
+                break
+            if self._matches(storage, entry, labels, fields):
+                items.append(self._external(res, entry))
+        token = ""
+        count: int | None = None
+        if next_key:
+            token = _encode_continue(at, next_key)
+            if labels is None and fields is None:
+                for key in state.irange(minimum=next_key):
+                    if ns_prefix and not key.startswith(ns_prefix):
+                        break
+                    remaining += 1
+                count = remaining
+        return ListResult(res, items, at, token, count)
+
+    def _too_large(self, wanted: int, current: int) -> errors.APIError:
+        return errors.timeout(
+            f"Too large resource version: {wanted}, current: {current}",
+            retry_after=1,
+            causes=[{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        )
+
+    @staticmethod
+    def _matches(
+        storage: Storage, entry: Entry, labels: LabelSelector | None, fields: FieldSelector | None
+    ) -> bool:
+        if labels is not None and not labels.matches(entry.obj["metadata"].get("labels") or {}):
+            return False
+        return fields is None or fields.matches(storage.fields_of(entry.obj))
+
+    def watch(
+        self,
+        res: Resource,
+        namespace: str | None,
+        label_selector: str = "",
+        field_selector: str = "",
+        resource_version: str = "",
+        resource_version_match: str = "",
+        allow_bookmarks: bool = False,
+        send_initial_events: bool | None = None,
+    ) -> WatchStart:
+        """Register a watcher; raises APIError for 400s; a 410 becomes an ERROR event."""
+        labels, fields = self.parse_selectors(res, label_selector, field_selector)
+        if send_initial_events is not None:
+            if not allow_bookmarks and send_initial_events:
+                raise errors.invalid(
+                    "ListOptions",
+                    "meta.k8s.io",
+                    "",
+                    [
+                        errors.FieldError(
+                            "allowWatchBookmarks",
+                            "Forbidden",
+                            None,
+                            "allowWatchBookmarks required when sendInitialEvents is set",
+                        )
+                    ],
+                )
+            if resource_version_match != "NotOlderThan":
+                raise errors.invalid(
+                    "ListOptions",
+                    "meta.k8s.io",
+                    "",
+                    [
+                        errors.FieldError(
+                            "resourceVersionMatch",
+                            "Forbidden",
+                            None,
+                            "sendInitialEvents requires setting resourceVersionMatch to "
+                            "NotOlderThan",
+                        )
+                    ],
+                )
+        elif resource_version_match:
+            raise errors.invalid(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                [
+                    errors.FieldError(
+                        "resourceVersionMatch",
+                        "Forbidden",
+                        None,
+                        "resourceVersionMatch is forbidden for watch unless sendInitialEvents "
+                        "is provided",
+                    )
+                ],
+            )
+        storage = self.storage_of(res)
+        ns = namespace if res.namespaced else None
+        watcher = Watcher(storage, ns, labels, fields, res.to_external)
+        start = WatchStart(watcher, bookmarks=allow_bookmarks)
+        initial_state = send_initial_events or (
+            send_initial_events is None and resource_version in ("", "0")
+        )
+        if initial_state:
+            for entry in storage.objects.values():
+                if (ns is None or entry.obj["metadata"].get("namespace") == ns) and self._matches(
+                    storage, entry, labels, fields
+                ):
+                    ext = self._external(res, entry)
+                    start.initial.append(b'{"type":"ADDED","object":%s}\n' % ext.raw)
+            if send_initial_events:
+                start.initial.append(self.bookmark_line(res, initial_events_end=True))
+        else:
+            wanted = _parse_rv(resource_version)
+            events = storage.events_after(wanted)
+            if events is None:
+                oldest = storage.oldest_rv()
+                status = errors.expired(
+                    f"too old resource version: {wanted} ({max(oldest - 1, 0)})"
+                ).status
+                start.initial.append(b'{"type":"ERROR","object":%s}\n' % dumps(status))
+                watcher.closed = True
+                return start
+            for ev in events:
+                before = len(watcher.buffer)
+                watcher.offer(ev)
+                if len(watcher.buffer) > before:
+                    start.initial.append(watcher.buffer.pop())
+        storage.watchers.add(watcher)
+        return start
+
+    def bookmark_line(self, res: Resource, initial_events_end: bool = False) -> bytes:
+        meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+        if initial_events_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        obj = {"kind": res.kind, "apiVersion": res.api_version, "metadata": meta}
+        return b'{"type":"BOOKMARK","object":%s}\n' % dumps(obj)
+
+    # ------------------------------------------------------------------ update
+
+    def update(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        subresource: str = "",
+        dry_run: bool = False,
+        strict: bool = False,
+    ) -> tuple[Entry, bool]:
+        """PUT: returns (entry, created)."""
+        self._body_meta(res, body, namespace)
+        obj = res.to_internal(body) if res.to_internal else body
+        meta = obj["metadata"]
+        body_name = meta.get("name") or ""
+        if body_name and body_name != name:
+            raise errors.bad_request(
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )
+        meta["name"] = name
+        storage = self.storage_of(res)
+        key = _key(namespace if res.namespaced else None, name)
+        current = storage.get(key)
+        if current is None:
+            if res.allow_create_on_update and not subresource:
+                return self.create(res, namespace, body, dry_run, strict), True
+            raise errors.not_found(res.group, res.plural, name)
+        rv = meta.get("resourceVersion") or ""
+        if rv and rv != current.obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(res.group, res.plural, name, errors.OPTIMISTIC_LOCK_ERROR)
+        return (
+            self._commit_update(res, storage, key, current, obj, subresource, dry_run, strict),
+            False,
+        )
+
+    def _commit_update(
+        self,
+        res: Resource,
+        storage: Storage,
+        key: str,
+        current: Entry,
+        obj: dict[str, Any],
+        subresource: str,
+        dry_run: bool,
+        strict: bool = False,
+    ) -> Entry:
+        old = current.obj
+        meta = obj["metadata"]
+        old_meta = old["metadata"]
+        name = old_meta["name"]
+        uid = meta.get("uid")
+        if uid and uid != old_meta["uid"]:
+            raise errors.conflict(
+                res.group,
+                res.plural,
+                name,
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                f"{old_meta['uid']}",
+            )
+        # Metadata the server owns survives any update.
+        for owned in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
+            if owned in old_meta:
+                meta[owned] = old_meta[owned]
+            else:
+                meta.pop(owned, None)
+        if res.namespaced:
+            meta["namespace"] = old_meta["namespace"]
+        strategy = res.strategy
+        if subresource == "status":
+            strategy.prepare_for_status_update(obj, old)
+            errs = list(strategy.validate_status_update(obj, old))
+        else:
+            if res.schema is not None:
+                self._check_unknown_fields(res, obj, strict)
+                obj = crdlib.prepare_custom_resource(obj, res.schema)
+                meta = obj["metadata"]
+            if res.kind == "CustomResourceDefinition":
+                obj = self._validate_crd(obj)
+            strategy.prepare_for_update(obj, old)
+            errs = list(strategy.validate_update(obj, old))
+            self._validate(res, errs, name)
+            self._validate_custom(res, obj, name)
+            if res.kind == "CustomResourceDefinition":
+                obj["status"] = old.get("status", {})
+        self._validate(res, errs, name)
+        if strategy.tracks_generation and _spec_changed(obj, old):
+            obj["metadata"]["generation"] = int(old_meta.get("generation", 0)) + 1
+        obj = self._typed(self._storage_res(res), obj)
+        obj["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+        if obj == old:
+            return self._external(res, current)  # no-op: etcd skips the write, no event
+        if dry_run:
+            return self._external(res, Entry(obj))
+        entry = self.store.write(storage, key, obj)
+        new_meta = obj["metadata"]
+        if (
+            new_meta.get("deletionTimestamp")
+            and not new_meta.get("finalizers")
+            and not new_meta.get("deletionGracePeriodSeconds")
+        ):
+            # ShouldDeleteDuringUpdate: the last finalizer of a deleted object went away.
+            return self._external(res, self._remove(res, storage, key))
+        self._index_owners(storage.name, key, obj)
+        return self._external(res, entry)
+
+    # ------------------------------------------------------------------ patch
+
+    def patch(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        body: bytes,
+        subresource: str = "",
+        dry_run: bool = False,
+        strict: bool = False,
+    ) -> tuple[Entry, bool]:
+        storage = self.storage_of(res)
+        key = _key(namespace if res.namespaced else None, name)
+        current = storage.get(key)
+        ctype = content_type.split(";")[0].strip().lower()
+        if ctype == "application/apply-patch+yaml":
+            return self._apply(res, namespace, name, body, current, subresource, dry_run, strict)
+        if current is None:
+            raise errors.not_found(res.group, res.plural, name)
+        try:
+            patch_doc = json.loads(body)
+        except ValueError as exc:
+            raise errors.bad_request(f"error decoding patch: {exc}") from None
+        ext = self._external(res, current).copy()
+        try:
+            if ctype == "application/json-patch+json":
+                new = patchlib.json_patch(ext, patch_doc)
+            elif ctype == "application/merge-patch+json":
+                new = patchlib.json_merge_patch(ext, patch_doc)
+            elif ctype == "application/strategic-merge-patch+json":
+                if res.schema is not None or not patchlib.supports_strategic_merge(res.kind):
+                    raise errors.unsupported_media_type(strategic=False)
+                new = patchlib.strategic_merge_patch(ext, patch_doc, res.kind)
+            else:
+                raise errors.unsupported_media_type(strategic=res.schema is None)
+        except patchlib.PatchError as exc:
+            raise errors.APIError(exc.to_status()) from None
+        if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+            raise errors.bad_request("patched object is not a Kubernetes object")
+        obj = res.to_internal(new) if res.to_internal else new
+        meta = obj["metadata"]
+        if meta.get("name", name) != name:
+            raise errors.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the "
+                f"URL ({name})"
+            )
+        meta["name"] = name
+        rv = meta.get("resourceVersion") or ""
+        if rv and rv != current.obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(res.group, res.plural, name, errors.OPTIMISTIC_LOCK_ERROR)
+        return (
+            self._commit_update(res, storage, key, current, obj, subresource, dry_run, strict),
+            False,
+        )
+
+    def _apply(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        body: bytes,
+        current: Entry | None,
+        subresource: str,
+        dry_run: bool,
+        strict: bool,
+    ) -> tuple[Entry, bool]:
+        """Server-side apply, approximated: create if absent, else merge the applied config.
+
+        Field ownership (managedFields) is not tracked, so fields a manager stops applying are
+        not removed; conflicts between managers are never reported.
+        """
+        import yaml
+
+        try:
+            doc = yaml.safe_load(body)
+        except yaml.YAMLError as exc:
+            raise errors.bad_request(f"error decoding YAML: {exc}") from None
+        if not isinstance(doc, dict):
+            raise errors.bad_request("the body of the request was in an unknown format")
+        if current is None:
+            if subresource:
+                raise errors.not_found(res.group, res.plural, name)
+            doc.setdefault("metadata", {})["name"] = name
+            return self.create(res, namespace, doc, dry_run, strict), True
+        ext = self._external(res, current).copy()
+        if patchlib.supports_strategic_merge(res.kind) and res.schema is None:
+            new = patchlib.strategic_merge_patch(ext, doc, res.kind)
+        else:
+            new = patchlib.json_merge_patch(ext, doc)
+        obj = res.to_internal(new) if res.to_internal else new
+        obj["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
+        storage = self.storage_of(res)
+        key = _key(namespace if res.namespaced else None, name)
+        return (
+            self._commit_update(res, storage, key, current, obj, subresource, dry_run, strict),
+            False,
+        )
+
+    # ------------------------------------------------------------------ delete
+
+    def delete(
+        self,
+        res: Resource,
+        namespace: str | None,
+        name: str,
+        grace_period: int | None = None,
+        preconditions: Mapping[str, Any] | None = None,
+        propagation: str = "",
+        dry_run: bool = False,
+    ) -> dict[str, Any] | Entry:
+        """DELETE: the object (still terminating, or as deleted) or a Status of success."""
+        storage = self.storage_of(res)
+        key = _key(namespace if res.namespaced else None, name)
+        current = storage.get(key)
+        if current is None:
+            raise errors.not_found(res.group, res.plural, name)
+        meta = current.obj["metadata"]
+        if preconditions:
+            uid = preconditions.get("uid")
+            if uid and uid != meta["uid"]:
+                raise errors.conflict(
+                    res.group,
+                    res.plural,
+                    name,
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                    f"{meta['uid']}",
+                )
+            rv = preconditions.get("resourceVersion")
+            if rv and rv != meta["resourceVersion"]:
+                raise errors.conflict(
+                    res.group,
+                    res.plural,
+                    name,
+                    f"Precondition failed: ResourceVersion in precondition: {rv}, "
+                    f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                )
+        if propagation not in ("", "Orphan", "Background", "Foreground"):
+            raise errors.invalid(
+                "DeleteOptions",
+                "",
+                "",
+                [
+                    errors.FieldError(
+                        "propagationPolicy",
+                        "Unsupported value",
+                        propagation,
+                        'supported values: "Foreground", "Background", "Orphan", "nil"',
+                    )
+                ],
+            )
+        if res.kind == "Namespace":
+            return self._delete_namespace(storage, key, current, dry_run)
+        finalizers = bool(meta.get("finalizers"))
+        if meta.get("deletionTimestamp"):
+            # Already terminating (rest.BeforeDelete): a request may only shorten the period.
+            pending = int(meta.get("deletionGracePeriodSeconds") or 0)
+            if pending > 0:
+                if grace_period is None or grace_period >= pending:
+                    return self._external(res, current)
+                obj = current.copy()
+                deadline = parse_time(meta["deletionTimestamp"]) - timedelta(seconds=pending)
+                obj["metadata"]["deletionTimestamp"] = format_time(
+                    deadline + timedelta(seconds=grace_period)
+                )
+                obj["metadata"]["deletionGracePeriodSeconds"] = grace_period
+                if grace_period > 0 or finalizers:
+                    return self._external(res, self._write(storage, key, obj, dry_run))
+            elif finalizers:
+                return self._external(res, current)
+        else:
+            period = res.strategy.graceful_period(current.obj, grace_period)
+            if period > 0 or finalizers:
+                obj = current.copy()
+                obj["metadata"]["deletionTimestamp"] = format_time(
+                    self._now() + timedelta(seconds=period)
+                )
+                obj["metadata"]["deletionGracePeriodSeconds"] = period
+                if obj["metadata"].get("generation", 0) > 0:
+                    obj["metadata"]["generation"] += 1
+                return self._external(res, self._write(storage, key, obj, dry_run))
+        if dry_run:
+            return self._external(res, current)
+        if res.kind == "CustomResourceDefinition":
+            self._drop_crd(current.obj)
+        entry = self._remove(res, storage, key)
+        if res.strategy.return_deleted_object:
+            return self._external(res, entry)
+        return errors.status_success(name, res.group, res.plural, meta["uid"])
+
+    def _write(self, storage: Storage, key: str, obj: dict[str, Any], dry_run: bool) -> Entry:
+        return Entry(obj) if dry_run else self.store.write(storage, key, obj)
+
+    def _remove(self, res: Resource, storage: Storage, key: str) -> Entry:
+        entry = self.store.delete(storage, key)
+        uid = entry.obj["metadata"]["uid"]
+        self._uids.pop(uid, None)
+        if uid in self._owners:
+            self.pending_gc.append(uid)
+        if res.namespaced:
+            self._namespace_changed(entry.obj["metadata"].get("namespace", ""))
+        return entry
+
+    def delete_collection(
+        self,
+        res: Resource,
+        namespace: str | None,
+        label_selector: str = "",
+        field_selector: str = "",
+        grace_period: int | None = None,
+    ) -> dict[str, Any]:
+        listed = self.list_objects(res, namespace, label_selector, field_selector)
+        items = []
+        for entry in listed.items:
+            meta = entry.obj["metadata"]
+            try:
+                result = self.delete(
+                    res,
+                    meta.get("namespace") if res.namespaced else None,
+                    meta["name"],
+                    grace_period,
+                )
+            except errors.APIError as exc:
+                if exc.code != 404:
+                    raise
+                continue
+            items.append(result.obj if isinstance(result, Entry) else entry.obj)
+        return {
+            "kind": res.list_kind,
+            "apiVersion": res.api_version,
+            "metadata": {"resourceVersion": str(self.store.rv)},
+            "items": items,
+        }
+
+    def collect_garbage(self) -> int:
+        """Delete dependents whose owners are all gone (background propagation)."""
+        removed = 0
+        while self.pending_gc:
+            uid = self.pending_gc.pop()
+            for storage_name, key in sorted(self._owners.pop(uid, set())):
+                storage = self.store.storages.get(storage_name)
+                entry = storage.get(key) if storage is not None else None
+                res = self._storage_resource.get(storage_name)
+                if entry is None or res is None or storage is None:
+                    continue
+                refs = entry.obj["metadata"].get("ownerReferences") or []
+                if any(r.get("uid") != uid and self._alive(r.get("uid", "")) for r in refs):
+                    continue
+                meta = entry.obj["metadata"]
+                try:
+                    self.delete(res, meta.get("namespace"), meta["name"])
+                    removed += 1
+                except errors.APIError:
+                    continue
+        return removed
+
+    def _alive(self, uid: str) -> bool:
+        return uid in self._uids
+
+    # ------------------------------------------------------------------ namespaces
+
+    def _delete_namespace(self, storage: Storage, key: str, current: Entry, dry_run: bool) -> Entry:
+        """Namespaces go Terminating; the namespace controller empties and removes them."""
+        if current.obj["metadata"].get("deletionTimestamp"):
+            return current
+        obj = current.copy()
+        obj["metadata"]["deletionTimestamp"] = format_time(self._now())
+        obj["metadata"]["deletionGracePeriodSeconds"] = 0
+        obj.setdefault("status", {})["phase"] = "Terminating"
+        if dry_run:
+            return Entry(obj)
+        entry = self.store.write(storage, key, obj)
+        self.terminating_namespaces.add(key)
+        self._namespace_changed(key)
+        return entry
+
+    def _namespace_changed(self, namespace: str) -> None:
+        """Run the namespace controller's step for a terminating namespace."""
+        if namespace not in self.terminating_namespaces or self._finalizing:
+            return
+        self._finalizing = True
+        try:
+            left = 0
+            for res in list(self._storage_resource.values()):
+                if not res.namespaced:
+                    continue
+                storage = self.storage_of(res)
+                keys = list(
+                    storage.objects.irange(minimum=f"{namespace}/", maximum=f"{namespace}0")
+                )
+                for key in keys:
+                    entry = storage.objects[key]
+                    left += 1
+                    if entry.obj["metadata"].get("deletionTimestamp"):
+                        continue
+                    try:
+                        self.delete(res, namespace, entry.obj["metadata"]["name"])
+                    except errors.APIError:
+                        continue
+                    if storage.get(key) is None:
+                        left -= 1
+            if left == 0:
+                self.terminating_namespaces.discard(namespace)
+                namespaces = self.resources[("", "v1", "namespaces")]
+                st = self.storage_of(namespaces)
+                if st.get(namespace) is not None:
+                    self._remove(namespaces, st, namespace)
+        finally:
+            self._finalizing = False
+
+    _finalizing = False
+
+    def ensure_namespace(self, name: str) -> None:
+        if self.store.storages["namespaces"].get(name) is None:
+            self.create(
+                self.resources[("", "v1", "namespaces")],
+                None,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+            )
+
+    # ------------------------------------------------------------------ binding
+
+    def bind(self, namespace: str, name: str, binding: Any) -> dict[str, Any]:
+        pods = self.resources[("", "v1", "pods")]
+        if not isinstance(binding, dict):
+            raise errors.bad_request("the body of the request was in an unknown format")
+        bmeta = binding.get("metadata") or {}
+        bname = bmeta.get("name") or name
+        if name and bname != name:
+            raise errors.bad_request(
+                f"the name of the object ({bname}) does not match the name on the URL ({name})"
+            )
+        bns = bmeta.get("namespace") or namespace
+        if bns != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the "
+                "request"
+            )
+        storage = self.storage_of(pods)
+        key = _key(namespace, bname)
+        current = storage.get(key)
+        if current is None:
+            raise errors.not_found("", "pods", bname)
+        uid = bmeta.get("uid")
+        if uid and uid != current.obj["metadata"]["uid"]:
+            raise errors.conflict(
+                "",
+                "pods",
+                bname,
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                f"{current.obj['metadata']['uid']}",
+            )
+        new = kinds.bind_pod(current.copy(), binding, self._now())
+        self.store.write(storage, key, new)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
+
+    # ------------------------------------------------------------------ CRDs
+
+    def _validate_crd(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """The CRD with the defaults the server stores, or 422 naming every problem."""
+        try:
+            crdlib.validate_crd(obj)
+        except crdlib.CRDError as exc:
+            raise errors.APIError(exc.status()) from None
+        return crdlib.default_crd(obj)
+
+    @staticmethod
+    def _check_unknown_fields(res: Resource, obj: dict[str, Any], strict: bool) -> None:
+        """``fieldValidation=Strict``: unknown fields are an error instead of being pruned."""
+        if not strict or res.schema is None:
+            return
+        unknown = crdlib.unknown_field_paths(obj, res.schema)
+        if unknown:
+            raise errors.bad_request(
+                f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
+                + crdlib.strict_decoding_message(unknown)
+            )
+
+    def _validate_custom(self, res: Resource, obj: dict[str, Any], name: str) -> None:
+        if res.schema is None:
+            return
+        errs = crdlib.validate_custom_resource(
+            obj, res.schema, kind=res.kind, api_version=res.api_version
+        )
+        if errs:
+            raise errors.APIError(crdlib.invalid_status(res.kind, res.group, name, errs))
+
+    def background(self) -> None:
+        """What the controllers do after a request: GC, establishing new CRDs."""
+        while self.pending_crds:
+            name = self.pending_crds.pop(0)
+            entry = self.store.storages["customresourcedefinitions.apiextensions.k8s.io"].get(name)
+            if entry is not None:
+                self._crd_established(entry)
+        self.collect_garbage()
+
+    def _crd_established(self, entry: Entry) -> Entry:
+        """Accept the CRD's names and serve its versions, as the CRD controllers do."""
+        info = crdlib.CRDInfo.from_crd(entry.obj)
+        for version in info.versions:
+            if not version.served:
+                continue
+            if self.resource(info.group, version.name, info.plural) is not None:
+                continue
+            self.add_resource(
+                Resource(
+                    group=info.group,
+                    version=version.name,
+                    plural=info.plural,
+                    kind=info.kind,
+                    namespaced=info.namespaced,
+                    singular=info.singular,
+                    storage=f"{info.plural}.{info.group}",
+                    strategy=kinds.generic_strategy(
+                        info.group,
+                        info.kind,
+                        info.plural,
+                        info.namespaced,
+                        version.has_status_subresource,
+                        version.additional_printer_columns,
+                    ),
+                    short_names=info.short_names,
+                    categories=info.categories,
+                    subresources=("status",) if version.has_status_subresource else (),
+                    schema=version.schema,
+                    crd_name=entry.obj["metadata"]["name"],
+                )
+            )
+        obj = entry.copy()
+        obj["status"] = crdlib.crd_status_after_create(obj, now=format_time(self._now()))
+        storage = self.store.storages["customresourcedefinitions.apiextensions.k8s.io"]
+        return self.store.write(storage, obj["metadata"]["name"], obj)
+
+    def _drop_crd(self, crd: Mapping[str, Any]) -> None:
+        name = crd["metadata"]["name"]
+        for res in [r for r in self.resources.values() if r.crd_name == name]:
+            storage = self.storage_of(res)
+            for key in list(storage.objects.keys()):
+                self._remove(res, storage, key)
+            self.remove_resource(res)
+
+    # ------------------------------------------------------------------ discovery
+
+    def groups(self) -> dict[str, list[str]]:
+        """group -> served versions, in a stable order (core group first)."""
+        out: dict[str, list[str]] = {}
+        for group, version, _ in sorted(self.resources, key=lambda k: (k[0] != "", k[0], k[1])):
+            versions = out.setdefault(group, [])
+            if version not in versions:
+                versions.append(version)
+        return out
+
+    def resource_list(self, group: str, version: str) -> dict[str, Any] | None:
+        resources = [
+            r for (g, v, _), r in sorted(self.resources.items()) if g == group and v == version
+        ]
+        if not resources:
+            return None
+        entries: list[dict[str, Any]] = []
+        for r in resources:
+            item: dict[str, Any] = {
+                "name": r.plural,
+                "singularName": r.singular,
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": list(r.verbs),
+            }
+            if r.short_names:
+                item["shortNames"] = list(r.short_names)
+            if r.categories:
+                item["categories"] = list(r.categories)
+            entries.append(item)
+            for sub in r.subresources:
+                verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
+                if sub == "finalize":
+                    verbs = ["update"]
+                entries.append(
+                    {
+                        "name": f"{r.plural}/{sub}",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "kind": "Binding" if sub == "binding" else r.kind,
+                        "verbs": verbs,
+                    }
+                )
+        if group == "":
+            entries.append(
+                {
+                    "name": "bindings",
+                    "singularName": "binding",
+                    "namespaced": True,
+                    "kind": "Binding",
+                    "verbs": ["create"],
+                }
+            )
+            entries.sort(key=lambda e: e["name"])
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": entries,
+        }
+
+
+def owner_uids(obj: Mapping[str, Any]) -> Iterable[str]:
+    return [r.get("uid", "") for r in obj["metadata"].get("ownerReferences") or ()]
