@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     kubelet.add_argument("--kubeconfig", required=True)
     kubelet.add_argument("--context", default=None)
+    kubelet.add_argument(
+        "--heartbeat",
+        type=float,
+        default=10.0,
+        help="seconds between node Lease renewals (0: none); keeps fake nodes Ready",
+    )
 
     simsub.add_parser("clusters", help="list the shipped cluster specs")
     return parser
@@ -205,7 +211,7 @@ async def _kubelet(args: argparse.Namespace) -> int:
     from gpusched.sim.kubelet import SimKubelet
 
     kube = await _connect(args)
-    task = asyncio.create_task(SimKubelet(kube).run())
+    task = asyncio.create_task(SimKubelet(kube, heartbeat=args.heartbeat).run())
     try:
         await _wait_for_signal(0)
     finally:

@@ -100,8 +100,10 @@ class SimKubelet:
         *,
         workers: int = 16,
         backoff_initial: float = 0.2,
+        heartbeat: float | None = None,
     ) -> None:
         self.kube = kube
+        self.heartbeat = heartbeat
         self.clock = clock or RealClock()
         self.nodes = Reflector(
             kube,
@@ -143,6 +145,8 @@ class SimKubelet:
             asyncio.create_task(self._worker(), name=f"kubelet-worker-{i}")
             for i in range(self._workers)
         ]
+        if self.heartbeat:
+            tasks.append(asyncio.create_task(self._heartbeats(), name="kubelet-heartbeats"))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -151,6 +155,45 @@ class SimKubelet:
             for t in [*tasks, *self._timers.values()]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
+
+    async def _heartbeats(self) -> None:
+        """Renew each node's Lease in kube-node-lease, as kubelets do every 10 seconds.
+
+        On a real cluster the node lifecycle controller marks a node NotReady (and taints it
+        unreachable) 40 seconds after its Lease was last renewed; the simulation has no such
+        controller, so ``SimCluster`` runs without heartbeats.
+        """
+        assert self.heartbeat is not None
+        await self.nodes.synced.wait()
+        while True:
+            now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            for name, node in list(self.nodes.items.items()):
+                try:
+                    await self._renew(name, node["metadata"]["uid"], now)
+                except APIError as exc:
+                    log.warning("kubelet: renewing the lease of node %s: %s", name, exc)
+            await self.clock.sleep(self.heartbeat)
+
+    async def _renew(self, node: str, uid: str, now: str) -> None:
+        path = resource_path("coordination.k8s.io", "v1", "leases", "kube-node-lease", node)
+        spec = {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": now}
+        try:
+            await self.kube.patch(path, {"spec": spec})
+        except APINotFound:
+            lease = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": node,
+                    "namespace": "kube-node-lease",
+                    "ownerReferences": [
+                        {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
+                    ],
+                },
+                "spec": spec,
+            }
+            with contextlib.suppress(APIConflict):
+                await self.kube.create(path.rsplit("/", 1)[0], lease)
 
     async def _start_pods_after_nodes(self) -> None:
         await self.nodes.synced.wait()

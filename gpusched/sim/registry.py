@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import random
 import uuid
@@ -1258,6 +1259,10 @@ class Registry:
                 item["shortNames"] = list(r.short_names)
             if r.categories:
                 item["categories"] = list(r.categories)
+            stored = self._storage_res(r)
+            item["storageVersionHash"] = storage_version_hash(
+                stored.group, stored.version, stored.kind
+            )
             entries.append(item)
             for sub in r.subresources:
                 verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
@@ -1289,6 +1294,12 @@ class Registry:
             "groupVersion": f"{group}/{version}" if group else version,
             "resources": entries,
         }
+
+
+def storage_version_hash(group: str, version: str, kind: str) -> str:
+    """``storageversionhash.StorageVersionHash``: 8 bytes of sha256("group/version/kind")."""
+    digest = hashlib.sha256(f"{group}/{version}/{kind}".encode()).digest()
+    return base64.b64encode(digest[:8]).decode()
 
 
 def owner_uids(obj: Mapping[str, Any]) -> Iterable[str]:
