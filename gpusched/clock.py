@@ -62,6 +62,7 @@ class FakeClock(Clock):
         self._t = 0.0
         self._seq = itertools.count()
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._slept: asyncio.Event | None = None
 
     def now(self) -> datetime:
         return self._start + timedelta(seconds=self._t)
@@ -75,11 +76,19 @@ class FakeClock(Clock):
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (self._t + seconds, next(self._seq), fut))
+        if self._slept is not None:
+            self._slept.set()
         await fut
 
     @property
     def sleepers(self) -> int:
         return sum(1 for _, _, f in self._sleepers if not f.done())
+
+    async def wait_for_sleepers(self, count: int = 1) -> None:
+        """Wait until ``count`` tasks sleep on this clock (so an ``advance`` will wake them)."""
+        while self.sleepers < count:
+            self._slept = asyncio.Event()
+            await self._slept.wait()
 
     async def advance(self, seconds: float) -> None:
         """Move time forward by ``seconds``, waking every sleeper whose deadline passes."""

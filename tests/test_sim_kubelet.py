@@ -40,8 +40,7 @@ async def test_heartbeats_renew_node_leases_on_the_kubelets_clock() -> None:
                 "dgx-h100-001",
             ]
             assert leases[0]["metadata"]["ownerReferences"][0]["kind"] == "Node"
-            while clock.sleepers == 0:  # the heartbeat loop is about to sleep
-                await asyncio.sleep(0)
+            await clock.wait_for_sleepers(1)  # the heartbeat loop sleeps until the next beat
             await clock.advance(10)
             second, _ = await _next_renewals(sim.kube, rv, 2)
             assert second[0] > first[0]
