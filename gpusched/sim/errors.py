@@ -23,11 +23,13 @@ from typing import Any
 __all__ = [
     "APIError",
     "FieldError",
+    "GoHex",
     "already_exists",
     "bad_request",
     "conflict",
     "expired",
     "forbidden",
+    "forbidden_with_causes",
     "gone",
     "internal_error",
     "invalid",
@@ -38,6 +40,7 @@ __all__ = [
     "timeout",
     "too_many_requests",
     "unauthorized",
+    "unexpected",
     "unsupported_media_type",
 ]
 
@@ -88,7 +91,7 @@ def _qualified(group: str, resource: str) -> str:
 
 
 def _details(name: str, group: str, resource: str) -> dict[str, Any]:
-    details: dict[str, Any] = {"name": name}
+    details: dict[str, Any] = {"name": name} if name else {}  # omitempty, as Go encodes it
     if group:
         details["group"] = group
     details["kind"] = resource
@@ -119,12 +122,14 @@ def not_found(group: str, resource: str, name: str) -> APIError:
     )
 
 
-def already_exists(group: str, resource: str, name: str) -> APIError:
+def already_exists(group: str, resource: str, name: str, deleting: bool = False) -> APIError:
+    """409 AlreadyExists; over an object still being deleted the message says so first."""
+    prefix = "object is being deleted: " if deleting else ""
     return APIError(
         _status(
             409,
             "AlreadyExists",
-            f'{_qualified(group, resource)} "{name}" already exists',
+            f'{prefix}{_qualified(group, resource)} "{name}" already exists',
             _details(name, group, resource),
         )
     )
@@ -157,6 +162,16 @@ def unauthorized() -> APIError:
 
 def forbidden(message: str, group: str = "", resource: str = "", name: str = "") -> APIError:
     return APIError(_status(403, "Forbidden", message, _details(name, group, resource)))
+
+
+def forbidden_with_causes(
+    group: str, resource: str, name: str, err: str, causes: list[dict[str, str]]
+) -> APIError:
+    """``apierrors.NewForbidden`` over an error carrying causes (admission plugins)."""
+    target = f'{_qualified(group, resource)} "{name}"' if name else _qualified(group, resource)
+    details = _details(name, group, resource)
+    details["causes"] = causes
+    return APIError(_status(403, "Forbidden", f"{target} is forbidden: {err}", details))
 
 
 def method_not_allowed(
@@ -212,6 +227,20 @@ def too_many_requests(retry_after: int = 1) -> APIError:
             {"retryAfterSeconds": retry_after},
         ),
         {"Retry-After": str(retry_after)},
+    )
+
+
+def unexpected(message: str) -> APIError:
+    """A plain Go error reaching the handler: 500 with no reason (``ErrorToAPIStatus``)."""
+    return APIError(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "code": 500,
+        }
     )
 
 
@@ -273,7 +302,13 @@ class FieldError:
         return f"{self.field}: {self.error_body()}"
 
 
+class GoHex(int):
+    """A bad value Go prints with %#v as hex (``0x0``), e.g. an unset resourceVersion."""
+
+
 def _render_value(value: Any) -> str:
+    if isinstance(value, GoHex):
+        return hex(value)
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, bool):
@@ -294,7 +329,7 @@ def invalid(kind: str, group: str, name: str, errors: Iterable[FieldError]) -> A
     errs = list(errors)
     qualified = f"{kind}.{group}" if group else kind
     summary = str(errs[0]) if len(errs) == 1 else "[" + ", ".join(str(e) for e in errs) + "]"
-    details: dict[str, Any] = {"name": name}
+    details: dict[str, Any] = {"name": name} if name else {}
     if group:
         details["group"] = group
     details["kind"] = kind

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import random
@@ -56,6 +57,23 @@ _STANDARD_VERBS = (
     "update",
     "watch",
 )
+_CUSTOM_RESOURCE_VERBS = (  # customresource_discovery_controller.go lists them unsorted
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "create",
+    "update",
+    "watch",
+)
+_ZERO_BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    # What a bookmark carries besides metadata: the kind's Go zero value, JSON-encoded.
+    ("", "Pod"): {"spec": {"containers": None}, "status": {}},
+    ("", "Namespace"): {"spec": {}, "status": {}},
+    ("coordination.k8s.io", "Lease"): {"spec": {}},
+}
+_CRD_CLEANUP_FINALIZER = "customresourcecleanup.apiextensions.k8s.io"
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # utilrand.String's alphabet
 _CONTINUE_EXPIRED = (
     "The provided continue parameter is too old to display a consistent list result. You can "
@@ -151,7 +169,7 @@ def _decode_continue(token: str) -> tuple[int, str]:
         start = str(data["start"])
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise errors.bad_request(f"continue key is not valid: {exc}") from None
-    if rv <= 0:
+    if rv == 0:
         raise errors.bad_request(
             "continue key is not valid: incorrect encoded start resourceVersion "
             "(version meta.k8s.io/v1)"
@@ -169,8 +187,14 @@ def _parse_rv(text: str, param: str = "resourceVersion") -> int:
     return value
 
 
-def _spec_changed(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    keys = (set(new) | set(old)) - {"metadata", "status", "apiVersion", "kind"}
+def _spec_changed(new: Mapping[str, Any], old: Mapping[str, Any], with_status: bool) -> bool:
+    """Whether anything outside metadata (and status, when it is a subresource) changed."""
+    ignored = (
+        {"metadata", "apiVersion", "kind"}
+        if with_status
+        else {"metadata", "status", "apiVersion", "kind"}
+    )
+    keys = (set(new) | set(old)) - ignored
     return any(new.get(k) != old.get(k) for k in keys)
 
 
@@ -187,6 +211,8 @@ class Registry:
         self._uids: dict[str, str] = {}  # uid -> storage name, of every live object
         self.terminating_namespaces: set[str] = set()
         self.pending_crds: list[str] = []  # created CRDs the "controllers" have yet to establish
+        self.pending_crd_cleanups: list[str] = []  # deleted CRDs whose resources must go
+        self._warnings: list[str] = []  # for the Warning headers of the current request
         self._install_builtins()
 
     # ------------------------------------------------------------------ resources
@@ -233,7 +259,16 @@ class Registry:
         )
 
     def _install_builtins(self) -> None:
-        self._builtin("", "v1", "namespaces", "Namespace", False, ("ns",), ("status", "finalize"))
+        self._builtin(
+            "",
+            "v1",
+            "namespaces",
+            "Namespace",
+            False,
+            ("ns",),
+            ("status", "finalize"),
+            verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+        )
         self._builtin("", "v1", "nodes", "Node", False, ("no",), ("status",))
         self._builtin(
             "", "v1", "pods", "Pod", True, ("po",), ("status", "binding"), categories=("all",)
@@ -251,7 +286,9 @@ class Registry:
             to_internal=kinds.event_from_events_v1,
             allow_create_on_update=True,
         )
-        self._builtin("coordination.k8s.io", "v1", "leases", "Lease", True)
+        self._builtin(
+            "coordination.k8s.io", "v1", "leases", "Lease", True, allow_create_on_update=True
+        )
         self._builtin(
             "apiextensions.k8s.io",
             "v1",
@@ -279,40 +316,29 @@ class Registry:
             return entry
         return Entry(res.to_external(entry.obj))
 
-    def _check_namespace(self, res: Resource, namespace: str | None, creating: bool) -> None:
+    def _check_namespace(
+        self, res: Resource, namespace: str | None, creating: bool, name: str = ""
+    ) -> None:
         if not res.namespaced or namespace is None:
             return
         ns = self.store.storages["namespaces"].get(namespace)
         if ns is None:
             raise errors.not_found("", "namespaces", namespace)
         if creating and ns.obj["metadata"].get("deletionTimestamp"):
-            raise errors.APIError(
-                {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "metadata": {},
-                    "status": "Failure",
-                    "message": (
-                        f"{res.plural} is forbidden: unable to create new content in namespace "
-                        f"{namespace} because it is being terminated"
-                        if not res.group
-                        else f"{res.plural}.{res.group} is forbidden: unable to create new "
-                        f"content in namespace {namespace} because it is being terminated"
-                    ),
-                    "reason": "Forbidden",
-                    "details": {
-                        "group": res.group,
-                        "kind": res.plural,
-                        "causes": [
-                            {
-                                "reason": "NamespaceTerminating",
-                                "message": f"namespace {namespace} is being terminated",
-                                "field": "metadata.namespace",
-                            }
-                        ],
-                    },
-                    "code": 403,
-                }
+            # The NamespaceLifecycle admission plugin, through apierrors.NewForbidden.
+            raise errors.forbidden_with_causes(
+                res.group,
+                res.plural,
+                name,
+                f"unable to create new content in namespace {namespace} because it is being "
+                "terminated",
+                [
+                    {
+                        "reason": "NamespaceTerminating",
+                        "message": f"namespace {namespace} is being terminated",
+                        "field": "metadata.namespace",
+                    }
+                ],
             )
 
     def _body_meta(self, res: Resource, obj: Any, namespace: str | None) -> dict[str, Any]:
@@ -377,8 +403,10 @@ class Registry:
         meta = self._body_meta(res, body, namespace)
         obj = res.to_internal(body) if res.to_internal else body
         meta = obj["metadata"]
-        self._check_namespace(res, namespace, creating=True)
+        if meta.get("resourceVersion"):
+            raise errors.unexpected("resourceVersion should not be set on objects to be created")
         name = meta.get("name") or ""
+        self._check_namespace(res, namespace, creating=True, name=name)
         if not name:
             prefix = meta.get("generateName") or ""
             if not prefix:
@@ -422,8 +450,10 @@ class Registry:
         res.strategy.prepare_for_create(obj)
         self._validate(res, list(res.strategy.validate_create(obj)), name)
         self._validate_custom(res, obj, name)
-        if storage.get(key) is not None:
-            raise errors.already_exists(res.group, res.plural, name)
+        existing = storage.get(key)
+        if existing is not None:
+            deleting = bool(existing.obj["metadata"].get("deletionTimestamp"))
+            raise errors.already_exists(res.group, res.plural, name, deleting)
         obj = self._typed(self._storage_res(res), obj)
         if dry_run:
             obj["metadata"]["resourceVersion"] = ""
@@ -505,9 +535,13 @@ class Registry:
         start = ""
         if continue_token:
             at, start = _decode_continue(continue_token)
+            if at < 0:  # a token from a 410: continue from the latest state
+                at = current
             past = storage.state_at(at)
             if past is None:
-                raise errors.expired(_CONTINUE_EXPIRED)
+                expired = errors.expired(_CONTINUE_EXPIRED)
+                expired.status["metadata"] = {"continue": _encode_continue(-1, start)}
+                raise expired
             state = past
         elif resource_version:
             wanted = _parse_rv(resource_version)
@@ -663,9 +697,16 @@ class Registry:
 
     def bookmark_line(self, res: Resource, initial_events_end: bool = False) -> bytes:
         meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+        if res.schema is None:
+            meta["creationTimestamp"] = None  # a typed zero object, as Go encodes it
         if initial_events_end:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        obj = {"kind": res.kind, "apiVersion": res.api_version, "metadata": meta}
+        obj = {
+            "kind": res.kind,
+            "apiVersion": res.api_version,
+            "metadata": meta,
+            **_ZERO_BODIES.get((res.group, res.kind), {}),
+        }
         return b'{"type":"BOOKMARK","object":%s}\n' % dumps(obj)
 
     # ------------------------------------------------------------------ update
@@ -698,11 +739,34 @@ class Registry:
                 return self.create(res, namespace, body, dry_run, strict), True
             raise errors.not_found(res.group, res.plural, name)
         rv = meta.get("resourceVersion") or ""
+        if not rv and not self._allow_unconditional_update(res):
+            raise errors.invalid(
+                res.plural,
+                res.group,
+                name,
+                [
+                    errors.FieldError(
+                        "metadata.resourceVersion",
+                        "Invalid value",
+                        errors.GoHex(0),
+                        "must be specified for an update",
+                    )
+                ],
+            )
         if rv and rv != current.obj["metadata"]["resourceVersion"]:
             raise errors.conflict(res.group, res.plural, name, errors.OPTIMISTIC_LOCK_ERROR)
         return (
             self._commit_update(res, storage, key, current, obj, subresource, dry_run, strict),
             False,
+        )
+
+    @staticmethod
+    def _allow_unconditional_update(res: Resource) -> bool:
+        """AllowUnconditionalUpdate: false for leases, CRDs and custom resources."""
+        return not (
+            res.schema is not None
+            or res.kind == "CustomResourceDefinition"
+            or (res.group, res.kind) == ("coordination.k8s.io", "Lease")
         )
 
     def _commit_update(
@@ -761,7 +825,7 @@ class Registry:
             if res.kind == "CustomResourceDefinition":
                 obj["status"] = old.get("status", {})
         self._validate(res, errs, name)
-        if strategy.tracks_generation and _spec_changed(obj, old):
+        if strategy.tracks_generation and _spec_changed(obj, old, not strategy.has_status):
             obj["metadata"]["generation"] = int(old_meta.get("generation", 0)) + 1
         obj = self._typed(self._storage_res(res), obj)
         obj["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
@@ -769,15 +833,19 @@ class Registry:
             return self._external(res, current)  # no-op: etcd skips the write, no event
         if dry_run:
             return self._external(res, Entry(obj))
-        entry = self.store.write(storage, key, obj)
         new_meta = obj["metadata"]
         if (
             new_meta.get("deletionTimestamp")
             and not new_meta.get("finalizers")
             and not new_meta.get("deletionGracePeriodSeconds")
         ):
-            # ShouldDeleteDuringUpdate: the last finalizer of a deleted object went away.
-            return self._external(res, self._remove(res, storage, key))
+            # ShouldDeleteDuringUpdate: the last finalizer of a deleted object went away; the
+            # object is deleted as last stored, the emptied version is never written (but is
+            # what the request is answered with).
+            removed = self._remove(res, storage, key)
+            obj["metadata"]["resourceVersion"] = removed.obj["metadata"]["resourceVersion"]
+            return self._external(res, Entry(obj))
+        entry = self.store.write(storage, key, obj)
         self._index_owners(storage.name, key, obj)
         return self._external(res, entry)
 
@@ -901,23 +969,25 @@ class Registry:
             raise errors.not_found(res.group, res.plural, name)
         meta = current.obj["metadata"]
         if preconditions:
+            # rest.BeforeDelete checks them first, naming the Kind (not the resource).
             uid = preconditions.get("uid")
             if uid and uid != meta["uid"]:
                 raise errors.conflict(
                     res.group,
-                    res.plural,
+                    res.kind,
                     name,
-                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                    f"{meta['uid']}",
+                    f"the UID in the precondition ({uid}) does not match the UID in record "
+                    f"({meta['uid']}). The object might have been deleted and then recreated",
                 )
             rv = preconditions.get("resourceVersion")
             if rv and rv != meta["resourceVersion"]:
                 raise errors.conflict(
                     res.group,
-                    res.plural,
+                    res.kind,
                     name,
-                    f"Precondition failed: ResourceVersion in precondition: {rv}, "
-                    f"ResourceVersion in object meta: {meta['resourceVersion']}",
+                    f"the ResourceVersion in the precondition ({rv}) does not match the "
+                    f"ResourceVersion in record ({meta['resourceVersion']}). The object might "
+                    "have been modified",
                 )
         if propagation not in ("", "Orphan", "Background", "Foreground"):
             raise errors.invalid(
@@ -935,7 +1005,11 @@ class Registry:
             )
         if res.kind == "Namespace":
             return self._delete_namespace(storage, key, current, dry_run)
+        if res.kind == "CustomResourceDefinition" and not meta.get("deletionTimestamp"):
+            return self._external(res, self._delete_crd(storage, key, current, dry_run))
         finalizers = bool(meta.get("finalizers"))
+        graceful = res.kind == "Pod"  # the only kind here with a graceful-delete strategy
+        obj: dict[str, Any] | None = None
         if meta.get("deletionTimestamp"):
             # Already terminating (rest.BeforeDelete): a request may only shorten the period.
             pending = int(meta.get("deletionGracePeriodSeconds") or 0)
@@ -948,13 +1022,13 @@ class Registry:
                     deadline + timedelta(seconds=grace_period)
                 )
                 obj["metadata"]["deletionGracePeriodSeconds"] = grace_period
-                if grace_period > 0 or finalizers:
-                    return self._external(res, self._write(storage, key, obj, dry_run))
             elif finalizers:
                 return self._external(res, current)
         else:
             period = res.strategy.graceful_period(current.obj, grace_period)
-            if period > 0 or finalizers:
+            if graceful or finalizers:
+                # The deletion is recorded first; pods go through this write even when they are
+                # then removed at once (updateForGracefulDeletionAndFinalizers).
                 obj = current.copy()
                 obj["metadata"]["deletionTimestamp"] = format_time(
                     self._now() + timedelta(seconds=period)
@@ -962,15 +1036,68 @@ class Registry:
                 obj["metadata"]["deletionGracePeriodSeconds"] = period
                 if obj["metadata"].get("generation", 0) > 0:
                     obj["metadata"]["generation"] += 1
-                return self._external(res, self._write(storage, key, obj, dry_run))
-        if dry_run:
+        if obj is not None:
+            if dry_run:
+                return self._external(res, Entry(obj))
+            written = self.store.write(storage, key, obj)
+            if obj["metadata"]["deletionGracePeriodSeconds"] > 0 or finalizers:
+                return self._external(res, written)
+        elif dry_run:
             return self._external(res, current)
-        if res.kind == "CustomResourceDefinition":
-            self._drop_crd(current.obj)
         entry = self._remove(res, storage, key)
         if res.strategy.return_deleted_object:
             return self._external(res, entry)
         return errors.status_success(name, res.group, res.plural, meta["uid"])
+
+    def _delete_crd(self, storage: Storage, key: str, current: Entry, dry_run: bool) -> Entry:
+        """CRDs take a cleanup finalizer and go Terminating; ``background`` then removes their
+        custom resources and the CRD (customresourcedefinition/etcd.go, the finalizer
+        controller)."""
+        obj = current.copy()
+        meta = obj["metadata"]
+        meta["finalizers"] = [*meta.get("finalizers", []), _CRD_CLEANUP_FINALIZER]
+        meta["deletionTimestamp"] = format_time(self._now())
+        meta["deletionGracePeriodSeconds"] = 0
+        if meta.get("generation", 0) > 0:
+            meta["generation"] += 1
+        conditions = [
+            c
+            for c in obj.setdefault("status", {}).get("conditions", [])
+            if c["type"] != "Terminating"
+        ]
+        conditions.append(
+            {
+                "type": "Terminating",
+                "status": "True",
+                "lastTransitionTime": format_time(self._now()),
+                "reason": "InstanceDeletionPending",
+                "message": "CustomResourceDefinition marked for deletion; CustomResource "
+                "deletion will begin soon",
+            }
+        )
+        obj["status"]["conditions"] = conditions
+        if dry_run:
+            return Entry(obj)
+        entry = self.store.write(storage, key, obj)
+        self.pending_crd_cleanups.append(key)
+        return entry
+
+    def _cleanup_crd(self, name: str) -> None:
+        crds = self.resources[("apiextensions.k8s.io", "v1", "customresourcedefinitions")]
+        storage = self.storage_of(crds)
+        current = storage.get(name)
+        if current is None:
+            return
+        self._drop_crd(current.obj)
+        obj = current.copy()
+        obj["metadata"]["finalizers"] = [
+            f for f in obj["metadata"].get("finalizers", []) if f != _CRD_CLEANUP_FINALIZER
+        ]
+        if not obj["metadata"]["finalizers"]:
+            del obj["metadata"]["finalizers"]
+            self._remove(crds, storage, name)
+        else:
+            self.store.write(storage, name, obj)
 
     def _write(self, storage: Storage, key: str, obj: dict[str, Any], dry_run: bool) -> Entry:
         return Entry(obj) if dry_run else self.store.write(storage, key, obj)
@@ -992,29 +1119,15 @@ class Registry:
         label_selector: str = "",
         field_selector: str = "",
         grace_period: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> ListResult:
+        """Delete what a list selects; answers that list, as listed before the deletions."""
         listed = self.list_objects(res, namespace, label_selector, field_selector)
-        items = []
         for entry in listed.items:
             meta = entry.obj["metadata"]
-            try:
-                result = self.delete(
-                    res,
-                    meta.get("namespace") if res.namespaced else None,
-                    meta["name"],
-                    grace_period,
-                )
-            except errors.APIError as exc:
-                if exc.code != 404:
-                    raise
-                continue
-            items.append(result.obj if isinstance(result, Entry) else entry.obj)
-        return {
-            "kind": res.list_kind,
-            "apiVersion": res.api_version,
-            "metadata": {"resourceVersion": str(self.store.rv)},
-            "items": items,
-        }
+            ns = meta.get("namespace") if res.namespaced else None
+            with contextlib.suppress(errors.APIError):  # gone meanwhile, or held: as upstream
+                self.delete(res, ns, meta["name"], grace_period)
+        return ListResult(res, listed.items, listed.rv)
 
     def collect_garbage(self) -> int:
         """Delete dependents whose owners are all gone (background propagation)."""
@@ -1049,7 +1162,6 @@ class Registry:
             return current
         obj = current.copy()
         obj["metadata"]["deletionTimestamp"] = format_time(self._now())
-        obj["metadata"]["deletionGracePeriodSeconds"] = 0
         obj.setdefault("status", {})["phase"] = "Terminating"
         if dry_run:
             return Entry(obj)
@@ -1154,13 +1266,20 @@ class Registry:
             raise errors.APIError(exc.status()) from None
         return crdlib.default_crd(obj)
 
-    @staticmethod
-    def _check_unknown_fields(res: Resource, obj: dict[str, Any], strict: bool) -> None:
-        """``fieldValidation=Strict``: unknown fields are an error instead of being pruned."""
-        if not strict or res.schema is None:
+    def take_warnings(self) -> list[str]:
+        """Warnings of the request just handled (each request is handled synchronously)."""
+        warnings, self._warnings = self._warnings, []
+        return warnings
+
+    def _check_unknown_fields(self, res: Resource, obj: dict[str, Any], strict: bool) -> None:
+        """Unknown fields are pruned with a warning (``fieldValidation=Warn``, the default) or,
+        with ``fieldValidation=Strict``, refused."""
+        if res.schema is None:
             return
         unknown = crdlib.unknown_field_paths(obj, res.schema)
-        if unknown:
+        if not strict:
+            self._warnings = [f'unknown field "{path}"' for path in unknown]
+        elif unknown:
             raise errors.bad_request(
                 f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
                 + crdlib.strict_decoding_message(unknown)
@@ -1182,6 +1301,8 @@ class Registry:
             entry = self.store.storages["customresourcedefinitions.apiextensions.k8s.io"].get(name)
             if entry is not None:
                 self._crd_established(entry)
+        while self.pending_crd_cleanups:
+            self._cleanup_crd(self.pending_crd_cleanups.pop(0))
         self.collect_garbage()
 
     def _crd_established(self, entry: Entry) -> Entry:
@@ -1212,6 +1333,7 @@ class Registry:
                     short_names=info.short_names,
                     categories=info.categories,
                     subresources=("status",) if version.has_status_subresource else (),
+                    verbs=_CUSTOM_RESOURCE_VERBS,
                     schema=version.schema,
                     crd_name=entry.obj["metadata"]["name"],
                 )

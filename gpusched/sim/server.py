@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 from aiohttp import web
+from multidict import MultiDict
 
 from gpusched import __version__
 from gpusched.sim import errors, openapi
@@ -224,7 +225,8 @@ class APIServer:
         except errors.APIError as exc:
             return _error_response(exc)
         finally:
-            if self.registry.pending_gc or self.registry.pending_crds:
+            registry = self.registry
+            if registry.pending_gc or registry.pending_crds or registry.pending_crd_cleanups:
                 asyncio.get_running_loop().call_soon(self.registry.background)
 
     def _openapi(self, path: str) -> web.Response:
@@ -351,12 +353,19 @@ class APIServer:
                 raise errors.method_not_allowed()
             body = await _read_body(request)
             entry = registry.create(res, ns, body, dry_run=dry_run, strict=strict)
-            return web.Response(body=entry.raw, status=201, content_type=_JSON)
+            return web.Response(
+                body=entry.raw, status=201, content_type=_JSON, headers=self._warnings()
+            )
         if verb == "update":
             body = await _read_body(request)
             sub = "" if route.subresource == "finalize" else route.subresource
             entry, created = registry.update(res, ns, route.name, body, sub, dry_run, strict)
-            return web.Response(body=entry.raw, status=201 if created else 200, content_type=_JSON)
+            return web.Response(
+                body=entry.raw,
+                status=201 if created else 200,
+                content_type=_JSON,
+                headers=self._warnings(),
+            )
         if verb == "patch":
             raw = await request.read()
             entry, created = registry.patch(
@@ -369,7 +378,12 @@ class APIServer:
                 dry_run,
                 strict,
             )
-            return web.Response(body=entry.raw, status=201 if created else 200, content_type=_JSON)
+            return web.Response(
+                body=entry.raw,
+                status=201 if created else 200,
+                content_type=_JSON,
+                headers=self._warnings(),
+            )
         if verb == "delete":
             options = await _delete_options(request)
             deleted = registry.delete(
@@ -386,16 +400,23 @@ class APIServer:
             return _json_response(deleted)
         if verb == "deletecollection":
             options = await _delete_options(request)
-            return _json_response(
-                registry.delete_collection(
-                    res,
-                    ns,
-                    query.get("labelSelector", ""),
-                    query.get("fieldSelector", ""),
-                    options.get("gracePeriodSeconds"),
-                )
+            deleted_list = registry.delete_collection(
+                res,
+                ns,
+                query.get("labelSelector", ""),
+                query.get("fieldSelector", ""),
+                options.get("gracePeriodSeconds"),
             )
+            return web.Response(body=_encode_list(deleted_list), content_type=_JSON)
         raise errors.method_not_allowed()
+
+    def _warnings(self) -> MultiDict[str]:
+        """``Warning: 299 - "..."`` headers for what the last registry call warned about."""
+        headers: MultiDict[str] = MultiDict()
+        for text in self.registry.take_warnings():
+            escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+            headers.add("Warning", f'299 - "{escaped}"')
+        return headers
 
     async def _binding(self, request: web.Request, namespace: str, name: str) -> web.Response:
         body = await _read_body(request)
