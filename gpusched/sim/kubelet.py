@@ -35,7 +35,7 @@ from gpusched.clock import Clock, RealClock
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIConflict, APIError, APINotFound
 from gpusched.kube.reflector import Reflector, object_key
-from gpusched.sim.kinds import parse_quantity
+from gpusched.quantity import parse_quantity
 
 __all__ = [
     "DURATION_ANNOTATION",

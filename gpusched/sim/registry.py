@@ -24,10 +24,12 @@ import hashlib
 import json
 import random
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import yaml
 
 from gpusched.sim import crd as crdlib
 from gpusched.sim import errors, kinds
@@ -922,8 +924,6 @@ class Registry:
         Field ownership (managedFields) is not tracked, so fields a manager stops applying are
         not removed; conflicts between managers are never reported.
         """
-        import yaml
-
         try:
             doc = yaml.safe_load(body)
         except yaml.YAMLError as exc:
@@ -1422,7 +1422,3 @@ def storage_version_hash(group: str, version: str, kind: str) -> str:
     """``storageversionhash.StorageVersionHash``: 8 bytes of sha256("group/version/kind")."""
     digest = hashlib.sha256(f"{group}/{version}/{kind}".encode()).digest()
     return base64.b64encode(digest[:8]).decode()
-
-
-def owner_uids(obj: Mapping[str, Any]) -> Iterable[str]:
-    return [r.get("uid", "") for r in obj["metadata"].get("ownerReferences") or ()]

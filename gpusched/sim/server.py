@@ -211,6 +211,12 @@ class APIServer:
                 return _json_response(self._group_list())
             if path.startswith("/openapi/v3"):
                 return self._openapi(path)
+            parts = path.strip("/").split("/")
+            if len(parts) == 2 and parts[0] == "apis":
+                versions = self.registry.groups().get(parts[1])
+                if not versions:
+                    return _json_response(_NOT_FOUND_PATH, 404)
+                return _json_response(_group_discovery(parts[1], versions))
             route = self._route(path)
             if route is None:
                 return _json_response(_NOT_FOUND_PATH, 404)
@@ -220,8 +226,6 @@ class APIServer:
                     return _json_response(_NOT_FOUND_PATH, 404)
                 return _json_response(listing)
             return await self._resource_request(request, route)
-        except _GroupDiscovery as found:
-            return _json_response(_group_discovery(found.group, found.versions))
         except errors.APIError as exc:
             return _error_response(exc)
         finally:
@@ -272,11 +276,6 @@ class APIServer:
                 return None
             group, version, rest = "", parts[1], parts[2:]
         elif parts[0] == "apis":
-            if len(parts) == 2:
-                versions = self.registry.groups().get(parts[1])
-                if not versions:
-                    return None
-                raise _GroupDiscovery(parts[1], versions)
             if len(parts) < 3:
                 return None
             group, version, rest = parts[1], parts[2], parts[3:]
@@ -502,13 +501,6 @@ class APIServer:
         with contextlib.suppress(ConnectionResetError):
             await response.write_eof()
         return response
-
-
-class _GroupDiscovery(Exception):
-    def __init__(self, group: str, versions: list[str]) -> None:
-        super().__init__(group)
-        self.group = group
-        self.versions = versions
 
 
 def _verb(method: str, named: bool, watch: bool) -> str | None:
