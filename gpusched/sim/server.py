@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import random
 import secrets
 import shutil
@@ -36,6 +37,8 @@ from gpusched.sim.store import Entry, Store, dumps
 from gpusched.sim.tls import ServingCerts, make_serving_certs
 
 __all__ = ["KUBE_VERSION", "APIServer"]
+
+log = logging.getLogger(__name__)
 
 KUBE_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0"}
 
@@ -228,6 +231,9 @@ class APIServer:
             return await self._resource_request(request, route)
         except errors.APIError as exc:
             return _error_response(exc)
+        except Exception as exc:  # a bug in the simulation: answer as the real server would
+            log.exception("gpusched sim: %s %s failed", request.method, request.path_qs)
+            return _error_response(errors.internal_error(f"{type(exc).__name__}: {exc}"))
         finally:
             registry = self.registry
             if registry.pending_gc or registry.pending_crds or registry.pending_crd_cleanups:
