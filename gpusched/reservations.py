@@ -1,0 +1,328 @@
+"""Device reservations in ``coordination.k8s.io/v1`` Leases, one Lease per node.
+
+Why Leases, and why one per node
+--------------------------------
+Two scheduler replicas must never hand the same GPU capacity to two pods. Each replica decides
+from its own cache, which can lag the API; the API server's optimistic concurrency is the only
+arbiter both see. So before a pod is bound, the devices it got are written into a Lease with a
+``resourceVersion`` precondition: of two replicas racing for the same node, one write lands and
+the other gets 409, re-reads the Lease, sees the devices taken and gives up (the pod goes back
+to the queue). One Lease per node keeps it to **one Lease write per scheduled pod** (a pod's
+devices are all on one node; a per-device layout would need one write per GPU) and contention
+is confined to pods racing for the same node. With the Binding that carries the decision as
+annotations, a scheduled pod costs two API writes.
+
+Layout::
+
+    Lease gpusched-system/gpusched-node-<node>
+      metadata.labels      gpusched.io/node: <node>
+      metadata.annotations gpusched.io/reservations: {"v":1,"r":{<uid>: {...}, ...}}
+      spec                 holderIdentity (the replica that wrote last), renewTime,
+                           leaseDurationSeconds
+
+Each reservation records the pod (key and uid), GPU indices, VRAM per GPU, exclusivity, the
+writing replica and an expiry time.
+
+Lifecycle of a reservation
+--------------------------
+- written by ``ReservationWriter.reserve`` in the binding cycle, before the Binding;
+- the Binding copies its uid onto the pod (``gpusched.io/reservation-uid``); from then on the
+  pod's annotations are what hold the devices, but the entry stays in the Lease while the pod
+  may be running, because another replica whose watch has not yet shown the binding must still
+  see the devices taken;
+- it may be pruned once its pod is observed deleted or terminal (Succeeded/Failed), or once it
+  expired without its pod having been bound to it (the scheduler died between reserve and bind,
+  or the bind failed). Pruning happens in the next write to the same Lease and in the garbage
+  collector (``prunable``); a binder never binds with a reservation close to expiry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gpusched.kube.client import Kube, resource_path
+from gpusched.kube.errors import APIConflict, APINotFound
+
+__all__ = [
+    "LEASE_PREFIX",
+    "NODE_LABEL",
+    "RESERVATIONS_ANNOTATION",
+    "LeaseFormatError",
+    "NodeLease",
+    "Reservation",
+    "ReservationConflict",
+    "ReservationWriter",
+    "lease_name",
+]
+
+log = logging.getLogger(__name__)
+
+RESERVATIONS_ANNOTATION = "gpusched.io/reservations"
+NODE_LABEL = "gpusched.io/node"
+LEASE_PREFIX = "gpusched-node-"
+_FORMAT_VERSION = 1
+
+
+def lease_name(node: str) -> str:
+    """The Lease for ``node`` (node names are DNS subdomains, so this one is too)."""
+    return LEASE_PREFIX + node
+
+
+class LeaseFormatError(ValueError):
+    """A reservations Lease gpusched cannot read; its node is not trusted with new pods."""
+
+
+class ReservationConflict(Exception):
+    """The devices were taken by someone else between the decision and the write."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    uid: str
+    pod: str  # namespace/name
+    pod_uid: str
+    gpu_ids: tuple[int, ...]
+    vram_mib: tuple[int, ...]
+    exclusive: bool
+    expires: float  # unix seconds
+    holder: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "podUID": self.pod_uid,
+            "gpus": list(self.gpu_ids),
+            "vramMiB": list(self.vram_mib),
+            "exclusive": self.exclusive,
+            "expires": self.expires,
+            "holder": self.holder,
+        }
+
+    @classmethod
+    def from_json(cls, uid: str, data: Mapping[str, Any]) -> Reservation:
+        gpus = tuple(int(g) for g in data["gpus"])
+        vram = tuple(int(v) for v in data.get("vramMiB", ()))
+        if vram and len(vram) != len(gpus):
+            raise ValueError("gpus and vramMiB differ in length")
+        return cls(
+            uid=uid,
+            pod=str(data["pod"]),
+            pod_uid=str(data["podUID"]),
+            gpu_ids=gpus,
+            vram_mib=vram,
+            exclusive=bool(data.get("exclusive", True)),
+            expires=float(data["expires"]),
+            holder=str(data.get("holder", "")),
+        )
+
+
+@dataclass(frozen=True)
+class NodeLease:
+    """The reservations on one node, as of ``resource_version`` ("" when no Lease exists)."""
+
+    node: str
+    reservations: Mapping[str, Reservation]
+    resource_version: str = ""
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> NodeLease:
+        meta = obj.get("metadata") or {}
+        node = (meta.get("labels") or {}).get(NODE_LABEL) or str(meta.get("name", ""))[
+            len(LEASE_PREFIX) :
+        ]
+        text = (meta.get("annotations") or {}).get(RESERVATIONS_ANNOTATION, "")
+        reservations: dict[str, Reservation] = {}
+        if text:
+            try:
+                data = json.loads(text)
+                if data.get("v") != _FORMAT_VERSION:
+                    raise ValueError(f"unknown format version {data.get('v')!r}")
+                for uid, entry in (data.get("r") or {}).items():
+                    reservations[uid] = Reservation.from_json(uid, entry)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise LeaseFormatError(
+                    f"Lease {meta.get('namespace')}/{meta.get('name')}: annotation "
+                    f"{RESERVATIONS_ANNOTATION} is not valid ({exc}); delete the Lease to reset "
+                    "the node's reservations once no gpusched replica is binding to it"
+                ) from None
+        return cls(node, reservations, str(meta.get("resourceVersion", "")))
+
+    def held_gpus(self, exclude: str = "") -> set[int]:
+        """GPU indices held exclusively by reservations other than ``exclude``."""
+        return {
+            g
+            for uid, r in self.reservations.items()
+            if uid != exclude and r.exclusive
+            for g in r.gpu_ids
+        }
+
+    def to_object(
+        self, namespace: str, holder: str, now: datetime, duration: int
+    ) -> dict[str, Any]:
+        payload = {
+            "v": _FORMAT_VERSION,
+            "r": {uid: r.to_json() for uid, r in sorted(self.reservations.items())},
+        }
+        meta: dict[str, Any] = {
+            "name": lease_name(self.node),
+            "namespace": namespace,
+            "labels": {NODE_LABEL: self.node},
+            "annotations": {RESERVATIONS_ANNOTATION: json.dumps(payload, separators=(",", ":"))},
+        }
+        if self.resource_version:
+            meta["resourceVersion"] = self.resource_version
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": duration,
+                "renewTime": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            },
+        }
+
+
+Validate = Callable[[NodeLease], None]
+"""Raises ``ReservationConflict`` when the new reservation no longer fits the given state."""
+Prunable = Callable[[Reservation], bool]
+
+
+def exclusive_devices_free(reservation: Reservation) -> Validate:
+    """The whole-GPU rule: none of the reservation's GPUs is held by another reservation."""
+
+    def check(lease: NodeLease) -> None:
+        taken = lease.held_gpus(exclude=reservation.uid) & set(reservation.gpu_ids)
+        if taken:
+            raise ReservationConflict(
+                f"GPU(s) {sorted(taken)} on node {lease.node} were reserved by another "
+                "scheduler replica"
+            )
+
+    return check
+
+
+class ReservationWriter:
+    """Writes reservations into node Leases with optimistic concurrency."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        identity: str,
+        *,
+        lease_duration: int = 60,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        max_attempts: int = 5,
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.now = now
+        self.max_attempts = max_attempts
+        self.writes = 0
+        self.conflicts = 0
+
+    def _path(self, node: str | None = None) -> str:
+        return resource_path(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            self.namespace,
+            lease_name(node) if node else None,
+        )
+
+    async def read(self, node: str) -> NodeLease:
+        try:
+            return NodeLease.from_object(await self.kube.get(self._path(node)))
+        except APINotFound:
+            return NodeLease(node, {})
+
+    def new_reservation(
+        self,
+        uid: str,
+        pod: str,
+        pod_uid: str,
+        gpu_ids: Iterable[int],
+        vram_mib: Iterable[int],
+        exclusive: bool = True,
+    ) -> Reservation:
+        return Reservation(
+            uid=uid,
+            pod=pod,
+            pod_uid=pod_uid,
+            gpu_ids=tuple(gpu_ids),
+            vram_mib=tuple(vram_mib),
+            exclusive=exclusive,
+            expires=self.now().timestamp() + self.lease_duration,
+            holder=self.identity,
+        )
+
+    async def reserve(
+        self,
+        node: str,
+        reservation: Reservation,
+        known: NodeLease | None = None,
+        validate: Validate | None = None,
+        prunable: Prunable | None = None,
+    ) -> NodeLease:
+        """Add ``reservation`` to ``node``'s Lease; returns the Lease as written.
+
+        ``known`` is the Lease as the caller's informer last saw it (saves a read when it is
+        current). On a 409 the Lease is re-read, ``validate`` re-checked against it (raising
+        ``ReservationConflict`` when the devices are gone) and the write retried. Entries for
+        which ``prunable`` says yes are dropped in the same write.
+        """
+        check = validate or exclusive_devices_free(reservation)
+        current = known if known is not None else await self.read(node)
+        for _attempt in range(self.max_attempts):
+            kept = {
+                uid: r
+                for uid, r in current.reservations.items()
+                if uid != reservation.uid and not (prunable and prunable(r))
+            }
+            check(NodeLease(node, kept, current.resource_version))
+            kept[reservation.uid] = reservation
+            desired = NodeLease(node, kept, current.resource_version)
+            body = desired.to_object(self.namespace, self.identity, self.now(), self.lease_duration)
+            try:
+                if current.resource_version:
+                    written = await self.kube.replace(self._path(node), body)
+                else:
+                    written = await self.kube.create(self._path(), body)
+            except (APIConflict, APINotFound):
+                # Someone else wrote (or deleted) the Lease since we read it.
+                self.conflicts += 1
+                current = await self.read(node)
+                continue
+            self.writes += 1
+            return NodeLease.from_object(written)
+        raise ReservationConflict(
+            f"node {node}: the reservations Lease kept changing under {self.max_attempts} attempts"
+        )
+
+    async def release(self, node: str, uids: Iterable[str]) -> None:
+        """Drop reservations (a failed bind); best effort, expiry covers what this misses."""
+        drop = set(uids)
+        for _attempt in range(self.max_attempts):
+            current = await self.read(node)
+            if not drop & set(current.reservations) or not current.resource_version:
+                return
+            kept = {u: r for u, r in current.reservations.items() if u not in drop}
+            body = NodeLease(node, kept, current.resource_version).to_object(
+                self.namespace, self.identity, self.now(), self.lease_duration
+            )
+            try:
+                await self.kube.replace(self._path(node), body)
+                self.writes += 1
+                return
+            except (APIConflict, APINotFound):
+                self.conflicts += 1
+                continue
+        log.warning("node %s: could not release reservations %s; they will expire", node, drop)

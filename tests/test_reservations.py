@@ -1,0 +1,128 @@
+"""Lease reservations: one write per reservation, and two writers never double-book a GPU."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gpusched.kube.client import Kube
+from gpusched.reservations import (
+    RESERVATIONS_ANNOTATION,
+    LeaseFormatError,
+    NodeLease,
+    ReservationConflict,
+    ReservationWriter,
+    lease_name,
+)
+from gpusched.sim import SimCluster
+
+NS = "gpusched-system"
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[Kube]:
+    async with SimCluster(None, kubelets=False) as sim:
+        await sim.kube.create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        )
+        yield sim.kube
+
+
+def writer(kube: Kube, identity: str) -> ReservationWriter:
+    return ReservationWriter(kube, NS, identity)
+
+
+async def test_reservations_accumulate_one_write_each(kube: Kube) -> None:
+    w = writer(kube, "replica-a")
+    first = w.new_reservation("r1", "default/p1", "uid-1", [0, 1], [81559, 81559])
+    lease = await w.reserve("node-1", first)
+    assert set(lease.reservations) == {"r1"}
+    second = w.new_reservation("r2", "default/p2", "uid-2", [2], [81559])
+    lease = await w.reserve("node-1", second, known=lease)
+    assert set(lease.reservations) == {"r1", "r2"}
+    assert lease.held_gpus() == {0, 1, 2}
+    assert w.writes == 2
+    assert w.conflicts == 0
+    stored = await kube.get(
+        f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease_name('node-1')}"
+    )
+    assert stored["spec"]["holderIdentity"] == "replica-a"
+    assert NodeLease.from_object(stored).reservations["r1"].gpu_ids == (0, 1)
+
+
+async def test_a_stale_writer_loses_the_gpu_it_raced_for(kube: Kube) -> None:
+    a, b = writer(kube, "a"), writer(kube, "b")
+    stale = await a.read("node-1")  # both decide from the same (empty) state
+    await a.reserve("node-1", a.new_reservation("ra", "default/pa", "ua", [3], [1]), known=stale)
+    with pytest.raises(ReservationConflict, match=r"GPU\(s\) \[3\]"):
+        await b.reserve(
+            "node-1", b.new_reservation("rb", "default/pb", "ub", [3], [1]), known=stale
+        )
+    # A different GPU on the same node: b retries after the 409 and succeeds.
+    lease = await b.reserve(
+        "node-1", b.new_reservation("rc", "default/pc", "uc", [4], [1]), known=stale
+    )
+    assert set(lease.reservations) == {"ra", "rc"}
+    assert b.conflicts == 2
+
+
+async def test_prunable_entries_go_in_the_same_write(kube: Kube) -> None:
+    w = writer(kube, "a")
+    await w.reserve("node-1", w.new_reservation("old", "default/done", "u0", [0], [1]))
+    lease = await w.reserve(
+        "node-1",
+        w.new_reservation("new", "default/p", "u1", [0], [1]),
+        prunable=lambda r: r.pod == "default/done",
+    )
+    assert set(lease.reservations) == {"new"}
+    await w.release("node-1", ["new"])
+    assert (await w.read("node-1")).reservations == {}
+
+
+async def test_a_malformed_lease_is_reported_with_the_fix(kube: Kube) -> None:
+    w = writer(kube, "a")
+    await w.reserve("node-1", w.new_reservation("r", "default/p", "u", [0], [1]))
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease_name('node-1')}"
+    await kube.patch(path, {"metadata": {"annotations": {RESERVATIONS_ANNOTATION: "{oops"}}})
+    with pytest.raises(LeaseFormatError, match="delete the Lease"):
+        await w.read("node-1")
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+async def test_racing_writers_never_double_book(kube: Kube, seed: int) -> None:
+    """Two replicas reserve random GPUs on the same three 8-GPU nodes at once, each deciding
+    from its own possibly stale view; checked from the API afterwards."""
+    rng = random.Random(seed)
+    granted: list[tuple[str, str, tuple[int, ...]]] = []
+
+    async def replica(name: str) -> None:
+        w = writer(kube, name)
+        for i in range(40):
+            node = f"node-{rng.randrange(3)}"
+            gpus = tuple(sorted(rng.sample(range(8), rng.choice([1, 2]))))
+            view = await w.read(node) if rng.random() < 0.5 else NodeLease(node, {})
+            if view.held_gpus() & set(gpus):
+                continue  # this replica's view already says no
+            uid = str(uuid.uuid4())
+            reservation = w.new_reservation(uid, f"default/{name}-{i}", uid, gpus, [1] * len(gpus))
+            try:
+                await w.reserve(node, reservation, known=view)
+            except ReservationConflict:
+                continue
+            granted.append((node, uid, gpus))
+            await asyncio.sleep(0)
+
+    await asyncio.gather(replica("a"), replica("b"))
+    leases = await kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases")
+    for obj in leases["items"]:
+        lease = NodeLease.from_object(obj)
+        held = [g for r in lease.reservations.values() for g in r.gpu_ids]
+        assert len(held) == len(set(held)), f"double-booked on {lease.node}: {sorted(held)}"
+    written = {uid for obj in leases["items"] for uid in NodeLease.from_object(obj).reservations}
+    assert {uid for _, uid, _ in granted} == written
+    assert granted
