@@ -1,0 +1,173 @@
+"""Prometheus metrics, named as kube-scheduler names them, and the operations HTTP endpoint.
+
+Metrics a kube-scheduler dashboard or alert already reads keep their names and labels
+(pkg/scheduler/metrics/metrics.go), so they carry over unchanged:
+
+- ``scheduler_schedule_attempts_total{result,profile}``: result is scheduled, unschedulable
+  or error;
+- ``scheduler_scheduling_attempt_duration_seconds{result,profile}``;
+- ``scheduler_pod_scheduling_sli_duration_seconds{attempts}``: first enqueue to bound;
+- ``scheduler_pending_pods{queue}``: active, backoff, unschedulable, gated;
+- ``scheduler_queue_incoming_pods_total{queue,event}``;
+- ``scheduler_framework_extension_point_duration_seconds{extension_point,status,profile}``;
+- ``scheduler_plugin_execution_duration_seconds{plugin,extension_point,status}``.
+
+gpusched's own, under ``gpusched_``: bind failures by reason, Lease conflicts, reservations
+held, API writes by resource and verb, and GPUs and VRAM allocated per node.
+
+Each ``Metrics`` owns its registry, so two schedulers in one process (tests racing two
+replicas) do not share counters. ``serve()`` exposes ``/metrics``, ``/healthz`` and ``/readyz``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+__all__ = ["Metrics", "OperationsServer"]
+
+# kube-scheduler's buckets: exponential from 1 ms (attempts) and from 10 ms (e2e SLI).
+_ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))
+_SLI_BUCKETS = tuple(0.01 * 2**i for i in range(20))
+_EXTENSION_BUCKETS = tuple(0.0001 * 2**i for i in range(12))
+_PLUGIN_BUCKETS = tuple(0.00001 * 1.5**i for i in range(20))
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.schedule_attempts = Counter(
+            "scheduler_schedule_attempts_total",
+            "Number of attempts to schedule pods, by the result.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding).",
+            ["result", "profile"],
+            buckets=_ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.pod_sli_duration = Histogram(
+            "scheduler_pod_scheduling_sli_duration_seconds",
+            "E2e latency for a pod being scheduled, from the time it enters the queue.",
+            ["attempts"],
+            buckets=_SLI_BUCKETS,
+            registry=r,
+        )
+        self.pending_pods = Gauge(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type.",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_incoming = Counter(
+            "scheduler_queue_incoming_pods_total",
+            "Number of pods added to scheduling queues by event and queue type.",
+            ["queue", "event"],
+            registry=r,
+        )
+        self.extension_point_duration = Histogram(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point.",
+            ["extension_point", "status", "profile"],
+            buckets=_EXTENSION_BUCKETS,
+            registry=r,
+        )
+        self.plugin_duration = Histogram(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration for running a plugin at a specific extension point.",
+            ["plugin", "extension_point", "status"],
+            buckets=_PLUGIN_BUCKETS,
+            registry=r,
+        )
+        self.bind_failures = Counter(
+            "gpusched_bind_failures_total",
+            "Binding cycles that failed, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.lease_conflicts = Counter(
+            "gpusched_lease_conflicts_total",
+            "Reservation Lease writes answered 409 (another replica wrote first).",
+            registry=r,
+        )
+        self.reservations_held = Gauge(
+            "gpusched_reservations_held",
+            "Device reservations currently recorded in node Leases.",
+            registry=r,
+        )
+        self.api_writes = Counter(
+            "gpusched_api_writes_total",
+            "API writes made by the scheduler, by resource and verb.",
+            ["resource", "verb"],
+            registry=r,
+        )
+        self.node_gpus_allocated = Gauge(
+            "gpusched_node_gpus_allocated",
+            "GPUs allocated on a node.",
+            ["node"],
+            registry=r,
+        )
+        self.node_vram_allocated = Gauge(
+            "gpusched_node_vram_allocated_mib",
+            "GPU memory reserved on a node, in MiB.",
+            ["node"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        data: bytes = generate_latest(self.registry)
+        return data
+
+
+class OperationsServer:
+    """``/metrics``, ``/healthz`` (the process is alive) and ``/readyz`` (caches synced)."""
+
+    def __init__(self, metrics: Metrics, ready: Callable[[], bool]) -> None:
+        self.metrics = metrics
+        self.ready = ready
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self, host: str = "0.0.0.0", port: int = 10259) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if self.ready():
+            return web.Response(text="ok")
+        return web.Response(text="caches not synced", status=503)
