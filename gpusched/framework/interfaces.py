@@ -1,0 +1,472 @@
+"""The plugin interfaces: one base class per extension point, as kube-scheduler's.
+
+Upstream: staging/src/k8s.io/kube-scheduler/framework/interface.go (the plugin interfaces and
+their contracts) and types.go (cluster events and queueing hints). The contracts below are
+upstream's, restated for gpusched; where gpusched differs it says so.
+
+The two cycles::
+
+    queue:             PreEnqueue (gate), QueueSort (order)
+    scheduling cycle:  PreFilter -> Filter* -> [PostFilter if no node fits]
+    (serial, in memory,   -> PreScore -> Score* -> NormalizeScore -> Reserve -> Permit
+     never awaits)
+    binding cycle:     wait on Permit -> PreBind -> Bind -> PostBind
+    (asyncio task)
+    (* once per node; any failure after Reserve: Unreserve, every plugin, in reverse order)
+
+A plugin is one class with a ``NAME`` that subclasses the base class of every extension point it
+implements (``class Gang(PreFilterPlugin, PermitPlugin, ReservePlugin)``); the framework makes
+one instance per profile and finds out once, at start-up, which stages it implements, so the
+hot path never calls a stage a plugin does not have. The optional extras are mixins:
+``ScoreExtensions`` (score normalisation) and ``EnqueueExtensions`` (which cluster events may
+make a pod this plugin rejected schedulable again).
+
+Synchronous and asynchronous stages are checked when the class is defined: PreEnqueue, QueueSort,
+PreFilter, Filter, PostFilter, PreScore, Score, NormalizeScore, Reserve, Unreserve and Permit
+are plain functions (the scheduling cycle is serial and in memory and must never wait on I/O);
+PreBind, Bind and PostBind are coroutines. Defining them the other way round is a ``TypeError``
+at import.
+
+Pods are plain dicts (the JSON the API server returns); node_info is the scheduler cache's
+``NodeInfo`` for one node in this cycle's snapshot.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import inspect
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeAlias
+
+from gpusched.clock import Clock
+
+from .cycle_state import CycleState
+from .status import Status
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from gpusched.cache import NodeInfo
+
+    from .runtime import WaitingPod
+
+__all__ = [
+    "MAX_NODE_SCORE",
+    "MIN_NODE_SCORE",
+    "WILDCARD",
+    "ActionType",
+    "BindPlugin",
+    "ClusterEvent",
+    "ClusterEventWithHint",
+    "EnqueueExtensions",
+    "FilterPlugin",
+    "Handle",
+    "NodeScore",
+    "PermitPlugin",
+    "Plugin",
+    "Pod",
+    "PostBindPlugin",
+    "PostFilterPlugin",
+    "PostFilterResult",
+    "PreBindPlugin",
+    "PreEnqueuePlugin",
+    "PreFilterPlugin",
+    "PreFilterResult",
+    "PreScorePlugin",
+    "QueueSortPlugin",
+    "QueuedPodInfo",
+    "QueueingHint",
+    "QueueingHintFn",
+    "ReservePlugin",
+    "ScoreExtensions",
+    "ScorePlugin",
+]
+
+Pod: TypeAlias = dict[str, Any]
+"""A Pod as the API server returns it (JSON decoded to dicts and lists)."""
+
+MAX_NODE_SCORE = 100
+"""The highest score a Score plugin may give a node (after normalisation)."""
+
+MIN_NODE_SCORE = 0
+"""The lowest score a Score plugin may give a node (after normalisation)."""
+
+
+# -- data passed between the framework and plugins ----------------------------------------
+
+
+@dataclass(slots=True)
+class NodeScore:
+    """A node's score. Mutable: ``normalize_score`` rewrites ``score`` in place."""
+
+    name: str
+    score: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreFilterResult:
+    """Which nodes are worth filtering at all; ``node_names=None`` means all of them.
+
+    When PreFilter plugins return several, the framework intersects them, and ``plugins`` (set
+    by the framework) names the plugins that restricted the nodes. Nodes left out are treated as
+    ``UnschedulableAndUnresolvable`` (preemption will not consider them).
+    """
+
+    node_names: frozenset[str] | None = None
+    plugins: frozenset[str] = frozenset()
+
+    @property
+    def all_nodes(self) -> bool:
+        return self.node_names is None
+
+    def merge(self, other: PreFilterResult | None) -> PreFilterResult:
+        """The intersection of two results (upstream's ``Merge``)."""
+        if other is None or other.node_names is None:
+            return self
+        if self.node_names is None:
+            return PreFilterResult(other.node_names, self.plugins | other.plugins)
+        return PreFilterResult(self.node_names & other.node_names, self.plugins | other.plugins)
+
+
+@dataclass(frozen=True, slots=True)
+class PostFilterResult:
+    """What a PostFilter plugin (preemption) decided: the node the pod is nominated to."""
+
+    nominated_node_name: str
+
+
+class QueuedPodInfo(Protocol):
+    """What a QueueSort plugin sees of a queued pod; the queue's own class provides more."""
+
+    @property
+    def pod(self) -> Pod: ...
+
+    @property
+    def timestamp(self) -> float:
+        """When the pod was (last) added to the queue, in ``Clock.monotonic()`` seconds."""
+        ...
+
+
+class ActionType(enum.IntFlag):
+    """What happened to an object (upstream's ``ActionType``; combine with ``|``)."""
+
+    ADD = 1
+    DELETE = 2
+    UPDATE = 4
+    ALL = ADD | DELETE | UPDATE
+
+
+WILDCARD = "*"
+"""The resource of a ``ClusterEvent`` that matches events on any resource."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEvent:
+    """A kind of change in the cluster: a resource and the actions on it.
+
+    ``resource`` is the object's kind as the scheduler's informers name it: ``"Node"``,
+    ``"Pod"``, ``"Lease"``, ``"GPUNodeInventory"``, ... or ``WILDCARD``.
+    """
+
+    resource: str
+    action: ActionType
+    label: str = ""
+
+    def matches(self, event: ClusterEvent) -> bool:
+        """Whether an event that happened (``event``) is one this registration is interested in."""
+        return (self.resource in (WILDCARD, event.resource)) and bool(self.action & event.action)
+
+
+class QueueingHint(enum.IntEnum):
+    """A plugin's verdict on whether an event may make a pod it rejected schedulable."""
+
+    QUEUE_SKIP = 0
+    """The event cannot help this pod: leave it in the unschedulable pool."""
+    QUEUE = 1
+    """The event may make the pod schedulable: move it to the active or backoff queue."""
+
+
+QueueingHintFn: TypeAlias = Callable[[Pod, Any, Any], QueueingHint]
+"""``hint(pod, old_object, new_object)``: ``old`` is ``None`` for Add, ``new`` for Delete.
+
+It must be cheap and must not raise; if it does, the queue logs it and requeues (``QUEUE``), as
+upstream does with an error.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEventWithHint:
+    """An event a plugin registers for, and its optional hint (``None`` means always QUEUE)."""
+
+    event: ClusterEvent
+    queueing_hint_fn: QueueingHintFn | None = None
+
+
+class Handle(Protocol):
+    """What a plugin's factory receives: the framework's services (upstream's ``Handle``).
+
+    The scheduler's snapshot lister, API client and event recorder are added here as those
+    components land.
+    """
+
+    @property
+    def profile_name(self) -> str: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def get_waiting_pod(self, uid: str) -> WaitingPod | None: ...
+
+    def iterate_waiting_pods(self) -> Iterator[WaitingPod]: ...
+
+    def reject_waiting_pod(self, uid: str, plugin: str, message: str) -> bool: ...
+
+
+# -- the plugins -----------------------------------------------------------------------------
+
+_SYNC_METHODS = (
+    "pre_enqueue",
+    "sort_key",
+    "pre_filter",
+    "filter",
+    "post_filter",
+    "pre_score",
+    "score",
+    "normalize_score",
+    "reserve",
+    "unreserve",
+    "permit",
+    "events_to_register",
+)
+_ASYNC_METHODS = ("pre_bind", "bind", "post_bind")
+
+
+def _check_stage_kinds(cls: type) -> None:
+    for name in _SYNC_METHODS:
+        fn = cls.__dict__.get(name)
+        if fn is not None and inspect.iscoroutinefunction(fn):
+            raise TypeError(
+                f"{cls.__qualname__}.{name} must be a plain 'def', not 'async def': the "
+                f"scheduling cycle is serial and in memory and never awaits"
+            )
+    for name in _ASYNC_METHODS:
+        fn = cls.__dict__.get(name)
+        if fn is not None and not inspect.iscoroutinefunction(fn):
+            raise TypeError(
+                f"{cls.__qualname__}.{name} must be an 'async def': it runs in the binding "
+                f"cycle, which awaits the API server"
+            )
+
+
+class Plugin(abc.ABC):
+    """The base of every plugin (upstream's ``Plugin``).
+
+    ``NAME`` is the name the configuration enables it by. ``ARGS`` is an optional pydantic model
+    for its ``pluginConfig`` args: the framework validates the args against it (reporting errors
+    with their path in the configuration) and passes the model instance to ``new``. Without
+    ``ARGS`` the factory receives the args as a plain dict (empty when none are configured).
+
+    The default factory is ``cls()``; override ``new`` to use the args or the handle.
+    """
+
+    NAME: ClassVar[str]
+    ARGS: ClassVar[type[BaseModel] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _check_stage_kinds(cls)
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> Self:
+        """Make the plugin from ``args`` (an ``ARGS`` instance, or a dict) and the framework."""
+        return cls()
+
+    @property
+    def name(self) -> str:
+        return self.NAME
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.NAME!r}>"
+
+
+class PreEnqueuePlugin(Plugin):
+    """Gates a pod before it enters the active queue (upstream's ``PreEnqueuePlugin``)."""
+
+    @abc.abstractmethod
+    def pre_enqueue(self, pod: Pod) -> Status:
+        """Called before the pod is added to the active or backoff queue.
+
+        Any status but Success keeps the pod out (in the unschedulable pool) until an event
+        this plugin registered for requeues it. Must be cheap: it runs in event handlers, for
+        every pod; no API calls.
+        """
+
+
+class QueueSortPlugin(Plugin):
+    """Orders the active queue. Exactly one is enabled per profile, and all profiles share it."""
+
+    @abc.abstractmethod
+    def sort_key(self, info: QueuedPodInfo) -> tuple[Any, ...]:
+        """The pod's sort key: the queue pops the smallest first.
+
+        gpusched's queue is a ``sortedcontainers.SortedKeyList``, so this is a key function
+        rather than upstream's ``Less(a, b)``: ``(-priority, info.timestamp)`` gives upstream's
+        PrioritySort. It is called once when the pod is queued; it must depend only on the pod
+        and its queue info, and the same pod must always get the same key while queued.
+        """
+
+
+class PreFilterPlugin(Plugin):
+    """Runs once per cycle before Filter: checks the pod and precomputes for Filter."""
+
+    @abc.abstractmethod
+    def pre_filter(self, state: CycleState, pod: Pod) -> tuple[PreFilterResult | None, Status]:
+        """Called at the beginning of the scheduling cycle.
+
+        Return Success to go on, writing to ``state`` what Filter will read. A
+        ``PreFilterResult`` restricts the nodes considered downstream (useful when the set can
+        be found in O(1), a gang pinned to one NVLink domain say); nodes left out count as
+        UnschedulableAndUnresolvable. Unschedulable/Unresolvable rejects the pod for this cycle
+        (with Unschedulable, the remaining PreFilter plugins still run, so that preemption
+        sees their state). Skip means "nothing to check for this pod": this plugin's Filter is
+        not called this cycle, and the returned result is ignored.
+        """
+
+
+class FilterPlugin(Plugin):
+    """Decides whether the pod can run on one node. The hot path: called per node per cycle."""
+
+    @abc.abstractmethod
+    def filter(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
+        """Return ``SUCCESS`` if the pod fits on this node, else Unschedulable/Unresolvable.
+
+        Look only at ``node_info`` (not the cache): during preemption it may be a copy with
+        some pods removed. Error aborts the cycle and sends the pod to backoff. Never awaits;
+        read what PreFilter computed from ``state`` instead of recomputing it per node.
+        """
+
+
+class PostFilterPlugin(Plugin):
+    """Runs when no node passed Filter: preemption and its like."""
+
+    @abc.abstractmethod
+    def post_filter(
+        self, state: CycleState, pod: Pod, statuses: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        """Called when the cycle failed at PreFilter or Filter with Unschedulable/Unresolvable.
+
+        ``statuses`` maps each node's name to the status it got (nodes with
+        UnschedulableAndUnresolvable are in it: ignoring them is the plugin's job). Return
+        Success (optionally with a ``PostFilterResult`` nominating a node) if the pod can be made
+        schedulable, Unschedulable if it cannot, Error on internal failure. The first Success
+        or Unresolvable stops the remaining PostFilter plugins. The result is returned beside
+        the status, as upstream does, because preemption must say which node it made room on.
+        """
+
+
+class PreScorePlugin(Plugin):
+    """Runs once per cycle before Score, with the nodes that passed Filter."""
+
+    @abc.abstractmethod
+    def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status:
+        """Precompute for Score. Any status but Success or Skip rejects the pod (as an error);
+        Skip means this plugin's Score is not called this cycle."""
+
+
+class ScorePlugin(Plugin):
+    """Ranks the nodes that passed Filter. The hot path: called per feasible node per cycle."""
+
+    @abc.abstractmethod
+    def score(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> tuple[int, Status]:
+        """Return ``(score, SUCCESS)``; higher is better.
+
+        Without ``ScoreExtensions`` the score must lie in ``[MIN_NODE_SCORE, MAX_NODE_SCORE]``
+        (0..100); with them, any int, as long as ``normalize_score`` maps it into that range.
+        Any status but Success fails the cycle as an error. Never awaits.
+        """
+
+
+class ScoreExtensions(abc.ABC):
+    """Mixin for a ``ScorePlugin`` whose raw scores need rescaling to 0..100."""
+
+    @abc.abstractmethod
+    def normalize_score(self, state: CycleState, pod: Pod, scores: list[NodeScore]) -> Status:
+        """Called once per cycle with this plugin's score for every node; rewrite
+        ``scores[i].score`` in place into ``[MIN_NODE_SCORE, MAX_NODE_SCORE]``."""
+
+
+class ReservePlugin(Plugin):
+    """Claims (and releases) what the chosen node gives the pod: GPUs, device Leases."""
+
+    @abc.abstractmethod
+    def reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status:
+        """Called after the pod is assumed on ``node_name`` in the cache.
+
+        Update this plugin's state (mark devices taken); expected to return Success or Error.
+        Any other status rejects the pod, and then ``unreserve`` is called for *every* reserve
+        plugin. In memory only: no API calls here (they belong in PreBind).
+        """
+
+    @abc.abstractmethod
+    def unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
+        """Undo ``reserve``: when a later Reserve, Permit, PreBind or Bind failed or the pod was
+        rejected while waiting. Must be idempotent and may be called even if ``reserve`` was not
+        (or failed) for this pod. Plugins are unreserved in reverse order. Must not raise: an
+        exception is logged and the remaining plugins are still unreserved."""
+
+
+class PermitPlugin(Plugin):
+    """The last word before binding: allow, reject, or make the pod wait (gangs)."""
+
+    @abc.abstractmethod
+    def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status, float]:
+        """Return ``(SUCCESS, 0)``, a rejection, or ``(Status.wait(), timeout_seconds)``.
+
+        A waiting pod is held (its binding cycle waits) until every plugin that asked it to
+        wait allows it (``handle.get_waiting_pod(uid).allow(NAME)``), one rejects it, or a
+        plugin's timeout passes (a rejection). The framework waits only after all Permit
+        plugins ran and none rejected. Timeouts are capped at 15 minutes, as upstream.
+        """
+
+
+class PreBindPlugin(Plugin):
+    """Prepares the binding: writes device reservation Leases, annotations."""
+
+    @abc.abstractmethod
+    async def pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
+        """Called in the binding cycle once Permit allowed the pod. Any status but Success
+        rejects the pod: it is unreserved and not bound."""
+
+
+class BindPlugin(Plugin):
+    """Binds the pod (POSTs the ``pods/binding`` subresource)."""
+
+    @abc.abstractmethod
+    async def bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
+        """Called after all PreBind plugins succeeded, in the configured order. Return Skip if
+        this plugin does not handle this pod: the next bind plugin is tried. The first one
+        that does not Skip decides: Success, or a failure (the pod is unreserved)."""
+
+
+class PostBindPlugin(Plugin):
+    """Informational: runs after a successful bind (clean-up, events)."""
+
+    @abc.abstractmethod
+    async def post_bind(self, state: CycleState, pod: Pod, node_name: str) -> None:
+        """Called after the pod is bound. Cannot fail the pod; an exception is logged."""
+
+
+class EnqueueExtensions(abc.ABC):
+    """Mixin: the cluster events that may make a pod this plugin rejected schedulable again.
+
+    Only read from plugins that can reject a pod (PreEnqueue, PreFilter, Filter, Reserve,
+    Permit). Such a plugin without it is registered for every event (less efficient: every
+    change requeues its rejected pods). An empty list means its pods are never requeued by
+    events (only by the periodic flush), which is rarely what you want.
+    """
+
+    @abc.abstractmethod
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """Called once at start-up; the result must not depend on cluster state."""
