@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from gpusched.cache import NodeInfo
+    from gpusched.kube import Kube
 
     from .runtime import WaitingPod
 
@@ -216,6 +217,11 @@ class Handle(Protocol):
 
     @property
     def clock(self) -> Clock: ...
+
+    @property
+    def kube(self) -> Kube:
+        """The API client, for the binding cycle's plugins (PreBind, Bind, PostBind)."""
+        ...
 
     def get_waiting_pod(self, uid: str) -> WaitingPod | None: ...
 

@@ -97,6 +97,7 @@ from .status import SUCCESS, Code, Status
 
 if TYPE_CHECKING:
     from gpusched.cache import NodeInfo
+    from gpusched.kube import Kube
 
 __all__ = [
     "MAX_PERMIT_TIMEOUT",
@@ -305,11 +306,13 @@ class Framework:
         observer: Observer | None = None,
         source: str = "<config>",
         path: str = "profiles[0]",
+        kube: Kube | None = None,
     ) -> None:
         """Build the framework; ``ConfigError`` (with ``source`` and field paths under ``path``)
         for unknown plugins, bad args, plugins at points they do not implement, and a profile
         without exactly one QueueSort plugin or without a Bind plugin."""
         self._profile = profile
+        self._kube = kube
         self._clock: Clock = clock if clock is not None else RealClock()
         self._observer = observer
         self._source = source
@@ -483,6 +486,13 @@ class Framework:
         return weights
 
     # -- introspection and Handle --------------------------------------------------------
+
+    @property
+    def kube(self) -> Kube:
+        """The API client plugins use in the binding cycle (``Handle.kube``)."""
+        if self._kube is None:
+            raise RuntimeError("this framework was built without an API client")
+        return self._kube
 
     @property
     def profile_name(self) -> str:
@@ -1039,6 +1049,7 @@ def build_frameworks(
     clock: Clock | None = None,
     observer: Observer | None = None,
     source: str = "<config>",
+    kube: Kube | None = None,
 ) -> dict[str, Framework]:
     """One ``Framework`` per profile, by scheduler name (upstream's ``profile.NewMap``).
 
@@ -1048,7 +1059,13 @@ def build_frameworks(
     first_sort: tuple[str, str] | None = None
     for i, profile in enumerate(config.profiles):
         fw = Framework(
-            profile, registry, clock=clock, observer=observer, source=source, path=f"profiles[{i}]"
+            profile,
+            registry,
+            clock=clock,
+            observer=observer,
+            source=source,
+            path=f"profiles[{i}]",
+            kube=kube,
         )
         sort_name = fw.list_plugins()["queueSort"][0]
         if first_sort is None:
