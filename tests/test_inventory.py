@@ -470,11 +470,13 @@ def test_crd_identity_matches_the_constants() -> None:
     assert inventory.LABEL_INVENTORY_GPU_COUNT == "gpusched.io/gpu-count"
 
 
-def test_deploy_crds_is_a_relative_link_to_the_packaged_crds() -> None:
-    link = REPO / "deploy" / "crds"
+def test_the_packaged_crds_are_the_deploy_crds() -> None:
+    """deploy/crds holds the CRDs (kustomize needs real files there); the package reaches them
+    through the relative link gpusched/crds -> ../deploy/crds."""
+    link = REPO / "gpusched" / "crds"
     assert link.is_symlink()
-    assert str(link.readlink()) == "../gpusched/crds"
-    assert (link / CRD_PATH.name).read_bytes() == CRD_PATH.read_bytes()
+    assert str(link.readlink()) == "../deploy/crds"
+    assert (REPO / "deploy" / "crds" / CRD_PATH.name).read_bytes() == CRD_PATH.read_bytes()
 
 
 def test_pcie_level_names_match_topology() -> None:
