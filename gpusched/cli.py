@@ -43,8 +43,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    sched = sub.add_parser("scheduler", help="run the scheduler against a cluster")
+    sched.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
+    sched.add_argument("--context", default=None)
+    sched.add_argument("--config", default=None, help="a SchedulerConfiguration YAML file")
+    sched.add_argument(
+        "--scheduler-name", default=None, help="the schedulerName pods opt in with (gpusched)"
+    )
+    sched.add_argument("--leader-elect", action="store_true", help="active/passive replicas")
+    sched.add_argument("--metrics-port", type=int, default=10259)
+    sched.add_argument("--identity", default=None, help="this replica's name (default: random)")
+
     sim = sub.add_parser("sim", help="the simulated GPU cluster")
     simsub = sim.add_subparsers(dest="sim_command", required=True)
+
+    run = simsub.add_parser(
+        "run", help="simulated cluster + scheduler + a workload, with progress and a summary"
+    )
+    run.add_argument("--cluster", default="dgx-h100", help="shipped cluster name or YAML file")
+    run.add_argument("--nodes", type=int, default=None, help="scale the fleet to N nodes")
+    run.add_argument("--workload", default="dgx-mixed", help="shipped workload name or YAML file")
+    run.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
 
     serve = simsub.add_parser(
         "serve", help="run a simulated API server, kubelets and a GPU fleet in the foreground"
@@ -101,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sim":
             return _sim(args)
+        if args.command == "scheduler":
+            return asyncio.run(_scheduler(args))
     except UsageError as exc:
         print(f"gpusched: {exc}", file=sys.stderr)
         return 2
@@ -128,6 +149,8 @@ def _sim(args: argparse.Namespace) -> int:
         return 0
     if args.sim_command == "serve":
         return asyncio.run(_serve(args))
+    if args.sim_command == "run":
+        return asyncio.run(_run(args))
     if args.sim_command == "fleet":
         return asyncio.run(_fleet(args))
     if args.sim_command == "kubelet":
@@ -218,5 +241,75 @@ async def _kubelet(args: argparse.Namespace) -> int:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await kube.close()
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from gpusched.sim.run import run_workload
+    from gpusched.sim.workload import WorkloadError, load_workload
+
+    spec = _load_spec(args.cluster, args.nodes)
+    try:
+        workload = load_workload(args.workload)
+    except WorkloadError as exc:
+        raise UsageError(str(exc)) from None
+    await run_workload(spec, workload, timeout=args.timeout)
+    return 0
+
+
+async def _scheduler(args: argparse.Namespace) -> int:
+    from gpusched.framework import ConfigError, default_config, load_config
+    from gpusched.leader import LeaderElectionConfig, LeaderElector
+    from gpusched.metrics import Metrics, OperationsServer
+    from gpusched.scheduler import Scheduler
+
+    try:
+        config = load_config(args.config) if args.config else default_config()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if args.scheduler_name:
+        if len(config.profiles) != 1:
+            raise UsageError("--scheduler-name needs a configuration with exactly one profile")
+        profile = config.profiles[0].model_copy(update={"scheduler_name": args.scheduler_name})
+        config = config.model_copy(update={"profiles": [profile]})
+    kube = await _connect(args)
+    metrics = Metrics()
+    try:
+        scheduler = Scheduler(kube, config, identity=args.identity, metrics=metrics)
+    except ConfigError as exc:
+        await kube.close()
+        raise UsageError(str(exc)) from None
+    ops = OperationsServer(metrics, scheduler.ready.is_set)
+    await ops.start(port=args.metrics_port)
+    print(
+        f"gpusched {scheduler.identity}: scheduling pods with schedulerName "
+        f"{', '.join(scheduler.frameworks)}; metrics on :{ops.port}",
+        flush=True,
+    )
+    if args.leader_elect:
+        le = config.leader_election
+        elector = LeaderElector(
+            kube,
+            scheduler.identity,
+            LeaderElectionConfig(
+                namespace=le.resource_namespace,
+                name=le.resource_name,
+                lease_duration=le.lease_duration,
+                renew_deadline=le.renew_deadline,
+                retry_period=le.retry_period,
+            ),
+        )
+        work = asyncio.create_task(elector.run(scheduler.run))
+    else:
+        work = asyncio.create_task(scheduler.run())
+    stop = asyncio.create_task(_wait_for_signal(0))
+    try:
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work, stop):
+            task.cancel()
+        await asyncio.gather(work, stop, return_exceptions=True)
+        await ops.stop()
         await kube.close()
     return 0

@@ -38,6 +38,7 @@ Lifecycle of a reservation
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -200,8 +201,7 @@ def exclusive_devices_free(reservation: Reservation) -> Validate:
         taken = lease.held_gpus(exclude=reservation.uid) & set(reservation.gpu_ids)
         if taken:
             raise ReservationConflict(
-                f"GPU(s) {sorted(taken)} on node {lease.node} were reserved by another "
-                "scheduler replica"
+                f"GPU(s) {sorted(taken)} on node {lease.node} are reserved for another pod"
             )
 
     return check
@@ -228,6 +228,20 @@ class ReservationWriter:
         self.max_attempts = max_attempts
         self.writes = 0
         self.conflicts = 0
+        # This replica's own writes to a node's Lease are serialised, and the Lease as last
+        # written is remembered: concurrent binds to one node never conflict with each other.
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._latest: dict[str, NodeLease] = {}
+
+    def _newest(self, node: str, known: NodeLease | None) -> NodeLease | None:
+        latest = self._latest.get(node)
+        if known is None or latest is None:
+            return known or latest
+        return (
+            latest
+            if int(latest.resource_version or 0) > int(known.resource_version or 0)
+            else known
+        )
 
     def _path(self, node: str | None = None) -> str:
         return resource_path(
@@ -279,13 +293,30 @@ class ReservationWriter:
         ``ReservationConflict`` when the devices are gone) and the write retried. Entries for
         which ``prunable`` says yes are dropped in the same write.
         """
+        lock = self._locks.setdefault(node, asyncio.Lock())
+        async with lock:
+            written = await self._reserve(node, reservation, known, validate, prunable)
+            self._latest[node] = written
+            return written
+
+    async def _reserve(
+        self,
+        node: str,
+        reservation: Reservation,
+        known: NodeLease | None,
+        validate: Validate | None,
+        prunable: Prunable | None,
+    ) -> NodeLease:
         check = validate or exclusive_devices_free(reservation)
-        current = known if known is not None else await self.read(node)
+        newest = self._newest(node, known)
+        current = newest if newest is not None else await self.read(node)
         for _attempt in range(self.max_attempts):
+            # A pod holds one reservation: an older one of the same pod (a bind that failed
+            # and whose release was lost) is superseded rather than left to block its GPUs.
             kept = {
                 uid: r
                 for uid, r in current.reservations.items()
-                if uid != reservation.uid and not (prunable and prunable(r))
+                if r.pod_uid != reservation.pod_uid and not (prunable and prunable(r))
             }
             check(NodeLease(node, kept, current.resource_version))
             kept[reservation.uid] = reservation
@@ -309,7 +340,10 @@ class ReservationWriter:
 
     async def release(self, node: str, uids: Iterable[str]) -> None:
         """Drop reservations (a failed bind); best effort, expiry covers what this misses."""
-        drop = set(uids)
+        async with self._locks.setdefault(node, asyncio.Lock()):
+            await self._release(node, set(uids))
+
+    async def _release(self, node: str, drop: set[str]) -> None:
         for _attempt in range(self.max_attempts):
             current = await self.read(node)
             if not drop & set(current.reservations) or not current.resource_version:
@@ -319,7 +353,9 @@ class ReservationWriter:
                 self.namespace, self.identity, self.now(), self.lease_duration
             )
             try:
-                await self.kube.replace(self._path(node), body)
+                self._latest[node] = NodeLease.from_object(
+                    await self.kube.replace(self._path(node), body)
+                )
                 self.writes += 1
                 return
             except (APIConflict, APINotFound):

@@ -63,11 +63,12 @@ async def test_reflector_converges_through_cut_watches_410s_and_errors(seed: int
     async with SimCluster(None, kubelets=False, window=8) as sim:
         seen: list[str] = []
         marker = asyncio.Event()
+        marker_gone = asyncio.Event()
 
         def handler(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
             seen.append(kind)
             if obj["metadata"]["name"] == "marker":
-                marker.set()
+                (marker_gone if kind == "DELETED" else marker).set()
 
         reflector = Reflector(
             Kube(sim.api_client()),
@@ -79,6 +80,7 @@ async def test_reflector_converges_through_cut_watches_410s_and_errors(seed: int
         )
         task = asyncio.create_task(reflector.run())
         try:
+            await asyncio.wait_for(reflector.synced.wait(), timeout=30)
             sim.faults.set(
                 [FaultRule("watch", "leases", 0.3, 500), FaultRule("list", "leases", 0.3, 429)],
                 watch_events=3,
@@ -100,7 +102,9 @@ async def test_reflector_converges_through_cut_watches_410s_and_errors(seed: int
             assert await _converged(reflector, sim.kube)
             assert reflector.lists > 1, "the small window should have forced a re-list"
             assert sim.faults.total() > 0
-            assert "DELETED" in seen
+            await sim.kube.delete(f"{LEASES}/marker")
+            await asyncio.wait_for(marker_gone.wait(), timeout=60)
+            assert await _converged(reflector, sim.kube)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

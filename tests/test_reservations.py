@@ -84,6 +84,13 @@ async def test_prunable_entries_go_in_the_same_write(kube: Kube) -> None:
     assert (await w.read("node-1")).reservations == {}
 
 
+async def test_a_newer_reservation_of_the_same_pod_supersedes_the_old_one(kube: Kube) -> None:
+    w = writer(kube, "a")
+    await w.reserve("node-1", w.new_reservation("first", "default/p", "pod-uid", [0], [1]))
+    lease = await w.reserve("node-1", w.new_reservation("second", "default/p", "pod-uid", [0], [1]))
+    assert set(lease.reservations) == {"second"}
+
+
 async def test_a_malformed_lease_is_reported_with_the_fix(kube: Kube) -> None:
     w = writer(kube, "a")
     await w.reserve("node-1", w.new_reservation("r", "default/p", "u", [0], [1]))

@@ -455,10 +455,34 @@ class SchedulerConfiguration(_Model):
 def default_plugins() -> Plugins:
     """The plugins every profile starts from (upstream's ``getDefaultPlugins``).
 
-    Empty until the built-in plugins land in ``plugins/``; then this lists them under
-    ``multiPoint`` (a queue sort, filters, scores with weights, a binder).
+    Under ``multiPoint``, so each runs at every extension point it implements, in upstream's
+    order (which is also the order Filter tries them, so the reason a pod reads is upstream's)
+    and with upstream's Score weights, then gpusched's GPUFit, weighted 2 so that the choice
+    of GPUs outweighs NodeResourcesFit's spreading of cpu and memory::
+
+        PrioritySort                 queueSort
+        NodeUnschedulable            filter
+        NodeName                     filter
+        TaintToleration    weight 3  filter, score
+        NodeAffinity       weight 2  preFilter, filter, score
+        NodeResourcesFit   weight 1  preFilter, filter, score
+        GPUFit             weight 2  preFilter, filter, score
+        DefaultBinder                bind
     """
-    return Plugins()
+    return Plugins(
+        multi_point=PluginSet(
+            enabled=[
+                PluginRef(name="PrioritySort"),
+                PluginRef(name="NodeUnschedulable"),
+                PluginRef(name="NodeName"),
+                PluginRef(name="TaintToleration", weight=3),
+                PluginRef(name="NodeAffinity", weight=2),
+                PluginRef(name="NodeResourcesFit", weight=1),
+                PluginRef(name="GPUFit", weight=2),
+                PluginRef(name="DefaultBinder"),
+            ]
+        )
+    )
 
 
 def merge_plugin_set(default: PluginSet, custom: PluginSet) -> PluginSet:

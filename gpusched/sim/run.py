@@ -1,0 +1,245 @@
+"""``gpusched sim run``: a simulated cluster, the scheduler and a workload, end to end.
+
+Starts ``SimCluster`` (API server, kubelets, fleet), a ``Scheduler`` talking to it over HTTPS
+like any client, replays the workload's arrivals, prints progress once a second, and ends
+when every pod has finished or can make no more progress (or at ``timeout``), with a summary:
+pods bound, pods still pending with the reason the scheduler gave them, GPU utilisation per
+pool, and scheduling latency percentiles (creation to binding, as observed by a watch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from gpusched.clock import RealClock
+from gpusched.kube.client import Kube, resource_path
+from gpusched.scheduler import Scheduler
+from gpusched.sim.cluster import SimCluster
+from gpusched.sim.fleet import ClusterSpec, build_fleet
+from gpusched.sim.workload import Workload, replay
+
+__all__ = ["RunReport", "run_workload", "summary"]
+
+
+@dataclass
+class RunReport:
+    created: int = 0
+    bound: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    pending: dict[str, str] = field(default_factory=dict)  # pod -> last PodScheduled message
+    latencies: list[float] = field(default_factory=list)  # seconds, creation -> bound
+    gpu_seconds_used: dict[str, float] = field(default_factory=dict)  # per pool
+    gpu_seconds_total: dict[str, float] = field(default_factory=dict)
+    elapsed: float = 0.0
+    gpus_by_pool: dict[str, int] = field(default_factory=dict)
+    accounted_at: float | None = None
+
+    def percentile(self, p: float) -> float:
+        if not self.latencies:
+            return 0.0
+        ordered = sorted(self.latencies)
+        return ordered[min(int(p / 100 * len(ordered)), len(ordered) - 1)]
+
+
+class _Observer:
+    """Watches the workload's pods: when each was created and bound, GPU use over time."""
+
+    def __init__(self, kube: Kube, workload: Workload, clock: RealClock) -> None:
+        self.kube = kube
+        self.clock = clock
+        self.selector = f"gpusched.io/workload={workload.name}"
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.seen_at: dict[str, float] = {}
+        self.bound_at: dict[str, float] = {}
+        self.changed = asyncio.Event()
+
+    async def run(self) -> None:
+        from gpusched.kube.reflector import Reflector
+
+        reflector = Reflector(
+            self.kube,
+            resource_path("", "v1", "pods"),
+            handler=self._on_pod,
+            label_selector=self.selector,
+            name="sim-run",
+        )
+        await reflector.run()
+
+    def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        now = self.clock.monotonic()
+        self.seen_at.setdefault(key, now)
+        if (pod.get("spec") or {}).get("nodeName") and key not in self.bound_at:
+            self.bound_at[key] = now
+        if kind == "DELETED":
+            self.pods.pop(key, None)
+        else:
+            self.pods[key] = pod
+        self.changed.set()
+
+    def counts(self) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for pod in self.pods.values():
+            phase = (pod.get("status") or {}).get("phase", "Pending")
+            bound = bool((pod.get("spec") or {}).get("nodeName"))
+            out[phase if bound or phase != "Pending" else "Unbound"] += 1
+        return out
+
+
+async def run_workload(
+    spec: ClusterSpec,
+    workload: Workload,
+    *,
+    timeout: float = 600.0,
+    out: TextIO = sys.stdout,
+    progress: bool = True,
+) -> RunReport:
+    clock = RealClock()
+    report = RunReport()
+    async with SimCluster(spec, clock=clock) as sim:
+        await sim.kube.create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpusched-system"}},
+        )
+        scheduler = Scheduler(Kube(sim.api_client()), clock=clock, identity="gpusched-sim-run")
+        observer = _Observer(Kube(sim.api_client()), workload, clock)
+        tasks = [
+            asyncio.create_task(scheduler.run(), name="scheduler"),
+            asyncio.create_task(observer.run(), name="observer"),
+        ]
+        replayer: asyncio.Task[Any] | None = None
+        try:
+            await asyncio.wait_for(scheduler.ready.wait(), timeout=60)
+            start = clock.monotonic()
+            replayer = asyncio.create_task(replay(sim.kube, workload, clock), name="replay")
+            report.gpus_by_pool = _gpus_by_pool(spec)
+            pool_of = {n.name: n.pool for n in build_fleet(spec)}
+            last_progress = -1.0
+            stalled_since: float | None = None
+            last_counts: Counter[str] = Counter()
+            while True:
+                now = clock.monotonic() - start
+                counts = observer.counts()
+                _account(report, observer, pool_of)
+                if progress and now - last_progress >= 1.0:
+                    last_progress = now
+                    print(_progress_line(now, workload, counts), file=out, flush=True)
+                finished = counts["Succeeded"] + counts["Failed"]
+                if replayer.done() and finished == workload.pod_count:
+                    break
+                if replayer.done() and counts == last_counts and counts["Running"] == 0:
+                    stalled_since = stalled_since if stalled_since is not None else now
+                    if now - stalled_since >= 10:
+                        break  # nothing runs and nothing changes: the rest cannot be placed
+                else:
+                    stalled_since = None
+                last_counts = counts
+                if now >= timeout:
+                    print(f"timeout after {timeout:.0f}s", file=out)
+                    break
+                observer.changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(observer.changed.wait(), timeout=0.5)
+            report.elapsed = clock.monotonic() - start
+            _final(report, observer)
+        finally:
+            for t in tasks:
+                t.cancel()
+            if replayer is not None:
+                replayer.cancel()
+                await asyncio.gather(replayer, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
+    print(summary(report, spec, workload), file=out, flush=True)
+    return report
+
+
+def _gpus_by_pool(spec: ClusterSpec) -> dict[str, int]:
+    return {p.name: p.count * (p.gpu.count if p.gpu is not None else 0) for p in spec.pools}
+
+
+def _account(report: RunReport, observer: _Observer, pool_of: dict[str, str]) -> None:
+    """Integrate GPUs in use per pool over time (for utilisation)."""
+    now = observer.clock.monotonic()
+    dt = now - (report.accounted_at or now)
+    report.accounted_at = now
+    if dt <= 0:
+        return
+    used: Counter[str] = Counter()
+    for pod in observer.pods.values():
+        if (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        pool = pool_of.get(pod["spec"].get("nodeName", ""), "")
+        for container in pod["spec"].get("containers", ()):
+            limits = (container.get("resources") or {}).get("limits") or {}
+            used[pool] += int(limits.get("nvidia.com/gpu", 0))
+    for pool, total in report.gpus_by_pool.items():
+        report.gpu_seconds_total[pool] = report.gpu_seconds_total.get(pool, 0.0) + total * dt
+        report.gpu_seconds_used[pool] = report.gpu_seconds_used.get(pool, 0.0) + used[pool] * dt
+
+
+def _final(report: RunReport, observer: _Observer) -> None:
+    report.created = len(observer.seen_at)
+    report.bound = len(observer.bound_at)
+    for key, pod in observer.pods.items():
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        if phase == "Succeeded":
+            report.succeeded += 1
+        elif phase == "Failed":
+            report.failed += 1
+        elif not pod["spec"].get("nodeName"):
+            message = next(
+                (
+                    c.get("message", "")
+                    for c in (pod.get("status") or {}).get("conditions") or ()
+                    if c.get("type") == "PodScheduled"
+                ),
+                "not tried yet",
+            )
+            report.pending[key] = message
+    report.latencies = [
+        observer.bound_at[k] - observer.seen_at[k]
+        for k in observer.bound_at
+        if k in observer.seen_at
+    ]
+
+
+def _progress_line(now: float, workload: Workload, counts: Counter[str]) -> str:
+    return (
+        f"[{now:6.1f}s] created {sum(counts.values())}/{workload.pod_count}  "
+        f"pending {counts['Unbound']}  starting {counts['Pending']}  running {counts['Running']}  "
+        f"succeeded {counts['Succeeded']}  failed {counts['Failed']}"
+    )
+
+
+def summary(report: RunReport, spec: ClusterSpec, workload: Workload) -> str:
+    lines = [
+        "",
+        f"workload {workload.name} on {spec.name}: {report.elapsed:.1f}s",
+        f"  pods: {report.created} created, {report.bound} bound, {report.succeeded} succeeded, "
+        f"{report.failed} failed, {len(report.pending)} pending",
+    ]
+    if report.latencies:
+        lines.append(
+            "  scheduling latency (created -> bound): "
+            f"p50 {report.percentile(50) * 1000:.0f} ms, "
+            f"p90 {report.percentile(90) * 1000:.0f} ms, "
+            f"p99 {report.percentile(99) * 1000:.0f} ms, max {max(report.latencies) * 1000:.0f} ms "
+            f"(mean {statistics.fmean(report.latencies) * 1000:.0f} ms)"
+        )
+    for pool, total in sorted(report.gpu_seconds_total.items()):
+        if total:
+            used = report.gpu_seconds_used.get(pool, 0.0)
+            lines.append(f"  GPU utilisation, pool {pool}: {100 * used / total:.0f}%")
+    if report.pending:
+        lines.append("  pending pods and why:")
+        reasons = Counter(report.pending.values())
+        for message, count in reasons.most_common(5):
+            lines.append(f"    {count} x {message}")
+    return "\n".join(lines)

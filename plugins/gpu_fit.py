@@ -1,0 +1,551 @@
+"""GPUFit: which node, and which of its GPUs, a pod asking for whole GPUs gets.
+
+kube-scheduler counts ``nvidia.com/gpu`` as a number and leaves the devices to the kubelet's
+device plugin. gpusched picks the devices itself, so that a multi-GPU pod gets GPUs that are
+joined by NVLink rather than GPUs that talk across the CPU sockets. GPUFit is where that choice
+is made, once per node per scheduling cycle, and recorded for the scheduler.
+
+**PreFilter** parses the pod once: its gpusched annotations (a malformed
+``gpusched.io/priority`` or assignment annotation is UnschedulableAndUnresolvable with the
+:class:`~gpusched.annotations.AnnotationError` message, which the scheduler reports as an
+Event), and its whole-GPU request ``N`` (``nvidia.com/gpu`` in the effective requests, read
+with :func:`gpusched.cache.pod_requests` as the cache reads them; the API server defaults
+requests from limits for extended resources). A pod asking no whole GPUs returns Skip: GPUFit's
+Filter and Score do not run for it. A pod asking whole GPUs and MIG devices together is
+rejected (a claim is one or the other). It writes :data:`GPU_CHOICES`, empty.
+
+**Filter** checks the node and, if the pod fits, *chooses* its devices:
+
+- ``status.allocatable`` unreadable (``NodeInfo.error``): UnschedulableAndUnresolvable;
+- fewer than ``N`` GPUs advertised (``allocatable["nvidia.com/gpu"]``) or present (GPUs with
+  MIG off in the ledger): UnschedulableAndUnresolvable;
+- fewer than ``N`` left by ``allocatable - requested`` (``Insufficient nvidia.com/gpu``, as
+  NodeResourcesFit says it) or free in the node's device ledger (``Insufficient free GPUs``):
+  Unschedulable; preemption could free them;
+- a pod on the node whose devices the ledger could not book (a *conflict*, see
+  :mod:`gpusched.cache.nodeinfo`): Unschedulable, since which GPUs are really free is unknown
+  until the conflict clears;
+- otherwise the best set of ``N`` free GPUs (below) goes into ``GPU_CHOICES[node]`` as a
+  :class:`GPUChoice` and the node passes. Filter never awaits; the cycle is serial, so writing
+  into the per-cycle dict is safe.
+
+**Choosing the devices.** Among the free GPUs, the set with the highest
+:func:`gpusched.topology.set_score` on the node's NVLink/PCIe graph (the sum of its pair
+scores: 100 per NVLink plus 10..50 by PCIe proximity, go-gpuallocator's scale), then, among
+equally good sets, the one least connected to the free GPUs left behind (so the remaining ones
+stay well connected for the next multi-GPU pod), then the lowest indices. For ``N = 1`` that is
+the free GPU least connected to the other free GPUs. The search is exhaustive over
+``C(free, N)`` sets when that is at most ``maxCombinations`` (5000: every request on an 8-GPU
+node), else greedy: from each free GPU as a seed, add the GPU with the most score to the set so
+far, keep the best result. A node without a ``GPUNodeInventory`` has anonymous GPUs of unknown
+topology: the lowest free indices. Graphs are built once per node inventory (cached by node and
+inventory object, which the cache replaces whenever the inventory changes; nodes with identical
+links share one graph), and the result of a search is memoised per graph, free set and ``N``,
+so a fleet of identical nodes in identical states searches once; and a node whose node info
+has not changed since the last cycle (the same generation) gets its last choice back at once.
+
+**Score** (after PreScore finds ``best``, the highest topology score among the feasible nodes'
+choices this cycle)::
+
+    t = choice.topology_score / best      (N >= 2 and best > 0; else topology does not apply)
+    p = (whole GPUs - free GPUs left after placing the pod) / whole GPUs
+    score = 100 * (Wt * t + Wp * p) / (Wt + Wp)      when topology applies
+    score = 100 * p                                   otherwise (0 if Wp = 0)
+
+``Wt`` (``topologyWeight``) and ``Wp`` (``binPackingWeight``) are args, 1 and 1 by default.
+``t`` prefers the node whose chosen set is best connected (for a 2-GPU pod, an NV2 pair over
+an NV1 pair over a PCIe pair); ``p`` bin-packs: the node left fullest wins, so partly used
+nodes fill up and whole nodes stay free for the big jobs. With equal weights a well-connected
+set on a fuller node beats everything, and topology still outweighs packing: for a 2-GPU pod
+on DGX-1s, the best pair on an empty node scores 62, an NV2 pair on a half-full node 87, and
+the last two GPUs of a node, joined only across the sockets, 52. Integer arithmetic, always in
+0..100.
+
+The scheduler reads the decision with :func:`choice_for` and records it with
+:meth:`GPUChoice.to_assignment` (adding the reservation UID), which it assumes in the cache and
+puts on the Binding as annotations (:mod:`gpusched.plugins.default_binder`).
+
+Args::
+
+    - name: GPUFit
+      args: {maxCombinations: 5000, topologyWeight: 1, binPackingWeight: 1}
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Self
+
+import networkx as nx
+from pydantic import Field, model_validator
+
+from gpusched.annotations import (
+    GPU_IDS,
+    AnnotationError,
+    Assignment,
+    parse_assignment,
+    parse_priority,
+)
+from gpusched.cache import MIG_RESOURCE_PREFIX, TERMINAL_PHASES, pod_requests
+from gpusched.framework import (
+    MAX_NODE_SCORE,
+    SUCCESS,
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EnqueueExtensions,
+    FilterPlugin,
+    Handle,
+    PluginArgs,
+    Pod,
+    PreFilterPlugin,
+    PreFilterResult,
+    PreScorePlugin,
+    QueueingHint,
+    ScorePlugin,
+    StateKey,
+    Status,
+)
+from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory
+from gpusched.topology import build_topology, pair_score
+
+from ._helper import pod_of, pod_spec
+
+if TYPE_CHECKING:
+    from gpusched.cache import NodeInfo, NodeLedger
+
+__all__ = [
+    "DEFAULT_MAX_COMBINATIONS",
+    "GPU_CHOICES",
+    "NAME",
+    "REASON_GPUS_IN_CONFLICT",
+    "REASON_INSUFFICIENT_FREE_GPUS",
+    "REASON_INSUFFICIENT_GPU_RESOURCE",
+    "REASON_INVALID_NODE",
+    "REASON_MIXED_REQUEST",
+    "REASON_TOO_FEW_GPUS",
+    "GPUChoice",
+    "GPUChoices",
+    "GPUFit",
+    "GPUFitArgs",
+    "GPURequest",
+    "Topology",
+    "best_gpu_set",
+    "choice_for",
+    "greedy_gpu_set",
+]
+
+NAME: Final = "GPUFit"
+
+REASON_INSUFFICIENT_FREE_GPUS: Final = "Insufficient free GPUs"
+"""Unschedulable: the node's device ledger has fewer than N free whole GPUs."""
+REASON_INSUFFICIENT_GPU_RESOURCE: Final = f"Insufficient {RESOURCE_GPU}"
+"""Unschedulable: ``allocatable - requested`` of ``nvidia.com/gpu`` is below N (the same words
+as NodeResourcesFit, so the two aggregate in one count)."""
+REASON_TOO_FEW_GPUS: Final = "node(s) had fewer GPUs than the pod requests"
+"""UnschedulableAndUnresolvable: even empty, the node could not give N whole GPUs."""
+REASON_GPUS_IN_CONFLICT: Final = "node(s) had GPUs whose holders are unknown"
+"""Unschedulable: some pod's devices on the node could not be booked (a cache conflict)."""
+REASON_INVALID_NODE: Final = "node(s) had an invalid status.allocatable"
+"""UnschedulableAndUnresolvable: the node's allocatable could not be read."""
+REASON_MIXED_REQUEST: Final = "pod requests whole GPUs and MIG devices together"
+"""UnschedulableAndUnresolvable (PreFilter): a pod holds whole GPUs or MIG devices, not both."""
+
+DEFAULT_MAX_COMBINATIONS: Final = 5000
+"""Largest ``C(free GPUs, N)`` searched exhaustively; above it the search is greedy."""
+
+_MEMO_MAX: Final = 1 << 16
+"""Memoised searches per topology before the memo resets."""
+_NODES_MAX: Final = 100_000
+"""Cached node -> topology entries before the cache resets (nodes that left stay until then)."""
+
+_TOO_FEW: Final = Status.unresolvable(REASON_TOO_FEW_GPUS, plugin=NAME)
+_NO_FREE: Final = Status.unschedulable(REASON_INSUFFICIENT_FREE_GPUS, plugin=NAME)
+_NO_RESOURCE: Final = Status.unschedulable(REASON_INSUFFICIENT_GPU_RESOURCE, plugin=NAME)
+_CONFLICT: Final = Status.unschedulable(REASON_GPUS_IN_CONFLICT, plugin=NAME)
+_INVALID_NODE: Final = Status.unresolvable(REASON_INVALID_NODE, plugin=NAME)
+_MIXED: Final = Status.unresolvable(REASON_MIXED_REQUEST, plugin=NAME)
+
+
+# -- what the scheduler reads ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GPURequest:
+    """What PreFilter parsed from the pod."""
+
+    count: int
+    """Whole GPUs (``nvidia.com/gpu``), at least 1."""
+    priority: int
+    """``gpusched.io/priority``, 0 (highest) to 4."""
+
+
+@dataclass(frozen=True, slots=True)
+class GPUChoice:
+    """The GPUs GPUFit chose for the pod on one node."""
+
+    gpu_ids: tuple[int, ...]
+    """GPU indices, ascending."""
+    uuids: tuple[str, ...]
+    """Their UUIDs, same order; empty when any is unknown (anonymous GPUs)."""
+    vram_mib: tuple[int, ...]
+    """Memory reserved on each, in MiB: the whole GPU (0 when unknown)."""
+    topology_score: int
+    """:func:`gpusched.topology.set_score` of the set (0 for one GPU or unknown topology)."""
+    free_after: int
+    """Free whole GPUs left on the node once the pod holds these."""
+    whole_gpus: int
+    """Whole GPUs the node has (MIG off), free or not."""
+
+    def to_assignment(self, reservation_uid: str = "") -> Assignment:
+        """The assignment to assume in the cache and write as annotations."""
+        return Assignment(self.gpu_ids, self.uuids, self.vram_mib, reservation_uid)
+
+
+class GPUChoices(dict[str, GPUChoice]):
+    """Node name -> the :class:`GPUChoice` Filter made there this cycle.
+
+    A dict that ``CycleState.clone()`` copies (``StateData``), so a what-if evaluation on a
+    cloned state (preemption) never changes the real cycle's choices.
+    """
+
+    def clone(self) -> Self:
+        return type(self)(self)
+
+
+GPU_CHOICES: Final = StateKey[GPUChoices]("GPUFit/choices")
+"""Written (empty) by PreFilter for pods asking whole GPUs, filled by Filter, one entry per node
+that passed; absent for other pods. Read it with :func:`choice_for`."""
+
+_REQUEST: Final = StateKey[GPURequest]("PreFilterGPUFit")
+_BEST_TOPOLOGY: Final = StateKey[int]("PreScoreGPUFit")
+
+
+def choice_for(state: CycleState, node_name: str) -> GPUChoice | None:
+    """The GPUs chosen for the cycle's pod on ``node_name``; ``None`` if the pod asks for no
+    whole GPUs (or GPUFit did not pass that node)."""
+    choices = state.get(GPU_CHOICES)
+    return choices.get(node_name) if choices is not None else None
+
+
+# -- choosing a set (pure) ---------------------------------------------------------------------
+
+Scores = Sequence[Sequence[int]]
+"""A symmetric matrix of pair scores by GPU index (``scores[a][b]``; the diagonal is unused)."""
+
+
+def _set_score(scores: Scores, ids: Sequence[int]) -> int:
+    return sum(scores[a][b] for a, b in itertools.combinations(ids, 2))
+
+
+def best_gpu_set(scores: Scores, free: Sequence[int], n: int) -> tuple[tuple[int, ...], int]:
+    """The best ``n`` of the ``free`` GPUs by exhaustive search: ``(ids, set score)``.
+
+    Best: the highest set score; then the least connected to the free GPUs left out (the sum of
+    pair scores across); then the lowest indices. ``free`` ascending, ``1 <= n <= len(free)``.
+    O(C(free, n) x n²).
+    """
+    degree = {g: sum(scores[g][h] for h in free if h != g) for g in free}
+    best: tuple[int, ...] = ()
+    best_key: tuple[int, int] | None = None
+    for combo in itertools.combinations(free, n):
+        score = _set_score(scores, combo)
+        cut = sum(degree[g] for g in combo) - 2 * score
+        key = (score, -cut)
+        if best_key is None or key > best_key:
+            best, best_key = combo, key
+    return best, (best_key[0] if best_key is not None else 0)
+
+
+def greedy_gpu_set(scores: Scores, free: Sequence[int], n: int) -> tuple[tuple[int, ...], int]:
+    """A good ``n`` of the ``free`` GPUs, greedily: from each free GPU as a seed, repeatedly add
+    the free GPU with the most pair score to the set so far (ties: lowest index); the best set
+    over all seeds (ties: lowest indices). O(free² x n)."""
+    best: tuple[int, ...] = ()
+    best_score = -1
+    for seed in free:
+        chosen = [seed]
+        gain = {g: scores[seed][g] for g in free if g != seed}
+        total = 0
+        while len(chosen) < n:
+            pick = max(gain, key=lambda g: (gain[g], -g))
+            total += gain.pop(pick)
+            chosen.append(pick)
+            for g in gain:
+                gain[g] += scores[pick][g]
+        ids = tuple(sorted(chosen))
+        if total > best_score or (total == best_score and ids < best):
+            best, best_score = ids, total
+    return best, max(best_score, 0)
+
+
+class Topology:
+    """One interconnect layout: its graph, pair-score matrix and a memo of searches.
+
+    Shared by every node whose inventory reports the same links. Not thread-safe (the
+    scheduling cycle is serial).
+    """
+
+    __slots__ = ("graph", "max_combinations", "memo", "scores")
+
+    def __init__(self, graph: nx.Graph, max_combinations: int) -> None:
+        self.graph = graph
+        count = graph.number_of_nodes()
+        self.scores: tuple[tuple[int, ...], ...] = tuple(
+            tuple(0 if a == b else pair_score(graph, a, b) for b in range(count))
+            for a in range(count)
+        )
+        self.max_combinations = max_combinations
+        self.memo: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}
+
+    @classmethod
+    def of(cls, inventory: GPUNodeInventory, max_combinations: int) -> Topology:
+        return cls(build_topology(range(len(inventory.gpus)), inventory.links), max_combinations)
+
+    def choose(self, free: Sequence[int], mask: int, n: int) -> tuple[tuple[int, ...], int]:
+        """The set to give (module docstring); ``mask`` has bit ``i`` set for each free GPU."""
+        key = (mask, n)
+        found = self.memo.get(key)
+        if found is not None:
+            return found
+        if math.comb(len(free), n) <= self.max_combinations:
+            found = best_gpu_set(self.scores, free, n)
+        else:
+            found = greedy_gpu_set(self.scores, free, n)
+        if len(self.memo) >= _MEMO_MAX:
+            self.memo.clear()
+        self.memo[key] = found
+        return found
+
+
+def _signature(inventory: GPUNodeInventory) -> tuple[Any, ...]:
+    return (len(inventory.gpus), tuple((k.a, k.b, k.nvlinks, k.pcie) for k in inventory.links))
+
+
+# -- args ----------------------------------------------------------------------------------------
+
+
+class GPUFitArgs(PluginArgs):
+    """``pluginConfig`` args of GPUFit."""
+
+    max_combinations: int = Field(default=DEFAULT_MAX_COMBINATIONS, ge=1)
+    """Largest number of candidate sets searched exhaustively per node; above it the search is
+    greedy. Default 5000 (any request on a node of up to 8 GPUs, or 12 GPUs asking 3)."""
+    topology_weight: int = Field(default=1, ge=0)
+    """``Wt`` in the score: how much a better-connected set counts. Default 1."""
+    bin_packing_weight: int = Field(default=1, ge=0)
+    """``Wp`` in the score: how much leaving the node fuller counts. Default 1."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.topology_weight + self.bin_packing_weight == 0:
+            raise ValueError("topologyWeight and binPackingWeight cannot both be 0")
+        return self
+
+
+# -- the plugin ----------------------------------------------------------------------------------
+
+
+class GPUFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
+    """Chooses the best whole GPUs on each node; prefers connected sets on fuller nodes."""
+
+    NAME = NAME
+    ARGS = GPUFitArgs
+
+    def __init__(self, args: GPUFitArgs | None = None) -> None:
+        args = args if args is not None else GPUFitArgs()
+        self._max_combinations = args.max_combinations
+        self._wt = args.topology_weight
+        self._wp = args.bin_packing_weight
+        self._nodes: dict[str, tuple[GPUNodeInventory, Topology]] = {}
+        self._layouts: dict[tuple[Any, ...], Topology] = {}
+        self._last: dict[str, tuple[int, int, GPUChoice]] = {}
+        """Node -> (node-info generation, N, the choice made): a node unchanged since the last
+        cycle (same generation) gets the same choice without a look at its devices."""
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> Self:
+        return cls(args if isinstance(args, GPUFitArgs) else None)
+
+    # -- PreFilter -------------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: Pod) -> tuple[PreFilterResult | None, Status]:
+        request, status = self._parse(pod)
+        if request is None:
+            return None, status
+        state.write(_REQUEST, request)
+        state.write(GPU_CHOICES, GPUChoices())
+        return None, SUCCESS
+
+    @staticmethod
+    def _parse(pod: Pod) -> tuple[GPURequest | None, Status]:
+        """The pod's request, or ``None`` and why not (Skip: it asks for no whole GPUs)."""
+        try:
+            priority = parse_priority(pod)
+            parse_assignment(pod)
+        except AnnotationError as exc:
+            return None, Status.unresolvable(str(exc), plugin=NAME)
+        try:
+            scalar = pod_requests(pod).scalar
+        except ValueError as exc:
+            return None, Status.unresolvable(f"invalid resource requests: {exc}", plugin=NAME)
+        count = scalar.get(RESOURCE_GPU, 0)
+        if count <= 0:
+            return None, Status.skip()
+        if any(name.startswith(MIG_RESOURCE_PREFIX) for name in scalar):
+            return None, _MIXED
+        return GPURequest(count, priority), SUCCESS
+
+    # -- Filter ----------------------------------------------------------------------------
+
+    def filter(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
+        request = state.get(_REQUEST)
+        if request is None:  # PreFilter disabled for this plugin
+            request, status = self._parse(pod)
+            if request is None:
+                return SUCCESS if status.is_skip else status
+        n = request.count
+        if node_info.error is not None:
+            return _INVALID_NODE
+        advertised = node_info.allocatable.scalar.get(RESOURCE_GPU, 0)
+        if advertised < n:
+            return _TOO_FEW
+        ledger = node_info.ledger
+        if ledger.free_gpu_count < n:
+            return _TOO_FEW if _whole_gpus(ledger) < n else _NO_FREE
+        if advertised - node_info.requested.scalar.get(RESOURCE_GPU, 0) < n:
+            return _NO_RESOURCE
+        if node_info.unplaced:
+            return _CONFLICT
+        choices = state.get(GPU_CHOICES)
+        if choices is None:
+            choices = GPUChoices()
+            state.write(GPU_CHOICES, choices)
+        name = node_info.name
+        last = self._last.get(name)
+        if last is not None and last[0] == node_info.generation and last[1] == n:
+            choice = last[2]
+        else:
+            choice = self._choose(node_info, n)
+            if len(self._last) >= _NODES_MAX:
+                self._last.clear()
+            self._last[name] = (node_info.generation, n, choice)
+        choices[name] = choice
+        return SUCCESS
+
+    def _choose(self, node_info: NodeInfo, n: int) -> GPUChoice:
+        """The best ``n`` free GPUs of the node (module docstring). The node has them."""
+        ledger = node_info.ledger
+        devices = ledger.devices
+        free: list[int] = []
+        mask = 0
+        whole = 0
+        for device in devices:
+            if not device.mig_enabled:
+                whole += 1
+                if device.free:
+                    free.append(device.index)
+                    mask |= 1 << device.index
+        inventory = ledger.inventory
+        if inventory is None:
+            ids, score = tuple(free[:n]), 0
+        else:
+            ids, score = self._topology(node_info.name, inventory).choose(free, mask, n)
+        chosen = [devices[i] for i in ids]
+        uuids = tuple(d.uuid or "" for d in chosen)
+        return GPUChoice(
+            gpu_ids=ids,
+            uuids=uuids if all(uuids) else (),
+            vram_mib=tuple(d.memory_mib or 0 for d in chosen),
+            topology_score=score,
+            free_after=len(free) - n,
+            whole_gpus=whole,
+        )
+
+    def _topology(self, node_name: str, inventory: GPUNodeInventory) -> Topology:
+        """The node's topology, built once per inventory object (shared by identical nodes)."""
+        cached = self._nodes.get(node_name)
+        if cached is not None and cached[0] is inventory:
+            return cached[1]
+        signature = _signature(inventory)
+        topology = self._layouts.get(signature)
+        if topology is None:
+            topology = Topology.of(inventory, self._max_combinations)
+            self._layouts[signature] = topology
+        if len(self._nodes) >= _NODES_MAX:
+            self._nodes.clear()
+        self._nodes[node_name] = (inventory, topology)
+        return topology
+
+    # -- PreScore / Score ------------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status:
+        if _REQUEST not in state:
+            return Status.skip()
+        choices = state.get(GPU_CHOICES) or GPUChoices()
+        best = 0
+        for node_info in nodes:
+            choice = choices.get(node_info.name)
+            if choice is not None and choice.topology_score > best:
+                best = choice.topology_score
+        state.write(_BEST_TOPOLOGY, best)
+        return SUCCESS
+
+    def score(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> tuple[int, Status]:
+        choice = choice_for(state, node_info.name)
+        if choice is None or not choice.whole_gpus:
+            return 0, Status.error(
+                f"no GPU choice for node {node_info.name!r}: GPUFit's Filter did not pass it "
+                f"this cycle (is GPUFit enabled at filter as well as score?)",
+                plugin=NAME,
+            )
+        best = state.get(_BEST_TOPOLOGY) or 0
+        whole = choice.whole_gpus
+        used = whole - choice.free_after
+        wt, wp = self._wt, self._wp
+        if len(choice.gpu_ids) >= 2 and best > 0:
+            numerator = MAX_NODE_SCORE * (wt * choice.topology_score * whole + wp * used * best)
+            return numerator // ((wt + wp) * best * whole), SUCCESS
+        return (MAX_NODE_SCORE * used // whole if wp else 0), SUCCESS
+
+    # -- events ----------------------------------------------------------------------------
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """A bound pod gone or finished, a node or its inventory added or changed."""
+        return [
+            ClusterEventWithHint(
+                ClusterEvent("Pod", ActionType.DELETE | ActionType.UPDATE), _after_pod_change
+            ),
+            ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD | ActionType.UPDATE)),
+            ClusterEventWithHint(ClusterEvent("GPUNodeInventory", ActionType.ALL)),
+        ]
+
+
+def _whole_gpus(ledger: NodeLedger) -> int:
+    return sum(1 for d in ledger.devices if not d.mig_enabled)
+
+
+def _after_pod_change(pod: Pod, old: object, new: object) -> QueueingHint:
+    """A bound pod that held GPUs is gone, or finished."""
+    before, after = pod_of(old), pod_of(new)
+    if before is None or not pod_spec(before).get("nodeName") or not _holds_gpus(before):
+        return QueueingHint.QUEUE_SKIP
+    if after is None:
+        return QueueingHint.QUEUE
+    phase = (after.get("status") or {}).get("phase")
+    return QueueingHint.QUEUE if phase in TERMINAL_PHASES else QueueingHint.QUEUE_SKIP
+
+
+def _holds_gpus(pod: Mapping[str, Any]) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if GPU_IDS in annotations:
+        return True
+    try:
+        scalar = pod_requests(pod).scalar
+    except ValueError:
+        return True
+    return any(name == RESOURCE_GPU or name.startswith(MIG_RESOURCE_PREFIX) for name in scalar)
