@@ -52,7 +52,10 @@ def gpu_pod(name: str, gpus: int = 1, **annotations: str) -> dict[str, Any]:
 
 
 async def pods_until(
-    kube: Kube, done: Callable[[dict[str, dict[str, Any]]], bool], path: str = PODS
+    kube: Kube,
+    done: Callable[[dict[str, dict[str, Any]]], bool],
+    path: str = PODS,
+    timeout: float = WAIT,
 ) -> dict[str, dict[str, Any]]:
     """Watch pods until ``done(pods by name)``; returns that state. Faults the simulation
     injects into every client's requests (the test's too) are retried."""
@@ -84,7 +87,7 @@ async def pods_until(
                     break
         return pods
 
-    return await asyncio.wait_for(follow(), timeout=WAIT)
+    return await asyncio.wait_for(follow(), timeout=timeout)
 
 
 def bound(pods: dict[str, dict[str, Any]]) -> list[str]:
