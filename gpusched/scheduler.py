@@ -300,6 +300,7 @@ class Scheduler:
             tasks.append(asyncio.create_task(self.queue.run(), name="queue-flush"))
             tasks.append(asyncio.create_task(self.cache.run_cleanup(), name="cache-cleanup"))
             tasks.append(asyncio.create_task(self._collect_reservations(), name="reservation-gc"))
+            tasks.append(asyncio.create_task(self._publish_gpu_metrics(), name="gpu-metrics"))
             await self._loop()
         finally:
             self.queue.close()
@@ -597,6 +598,17 @@ class Scheduler:
                 return False  # bound: keep it while the pod may run
         # Absent, replaced or still unbound: only once expired (with a grace for slow watches).
         return r.expires + self.reservation_grace < self.clock.now().timestamp()
+
+    async def _publish_gpu_metrics(self, period: float = 5.0) -> None:
+        """GPUs and VRAM allocated per node, from the snapshot (O(nodes x GPUs) per period)."""
+        while True:
+            for node_info in self.snapshot.node_infos():
+                devices = node_info.ledger.devices
+                allocated = len(devices) - node_info.ledger.free_gpu_count
+                vram = sum(d.reserved_mib for d in devices)
+                self.metrics.node_gpus_allocated.labels(node=node_info.name).set(allocated)
+                self.metrics.node_vram_allocated.labels(node=node_info.name).set(vram)
+            await self.clock.sleep(period)
 
     async def _collect_reservations(self) -> None:
         while True:

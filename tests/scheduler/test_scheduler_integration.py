@@ -135,11 +135,16 @@ async def sim() -> AsyncIterator[SimCluster]:
 
 
 async def test_a_pod_is_bound_with_its_gpus_and_a_scheduled_event(sim: SimCluster) -> None:
-    async with running(sim):
+    async with running(sim) as scheduler:
         await sim.kube.create(PODS, gpu_pod("one", gpus=2))
         pods = await pods_until(
             sim.kube, lambda ps: (ps["one"].get("status") or {}).get("phase") == "Running"
         )
+        metrics = scheduler.metrics.render().decode()
+    # Two API writes for the pod: its node's reservation Lease and the Binding.
+    assert 'gpusched_api_writes_total{resource="leases",verb="update"} 1.0' in metrics
+    assert 'gpusched_api_writes_total{resource="pods/binding",verb="create"} 1.0' in metrics
+    assert 'scheduler_schedule_attempts_total{profile="gpusched",result="scheduled"} 1.0' in metrics
     pod = pods["one"]
     annotations = pod["metadata"]["annotations"]
     assert len(annotations[GPU_IDS].split(",")) == 2
