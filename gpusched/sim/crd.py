@@ -78,8 +78,19 @@ import sys
 import urllib.parse
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from decimal import Decimal
 from typing import Any, Final, NamedTuple
+
+from gpusched.sim.apimachinery import (
+    DNS1123_LABEL_FMT,
+    DNS1123_SUBDOMAIN_FMT,
+    aggregate,
+    go_format_float,
+    go_json,
+    go_quote,
+    is_dns1123_subdomain,
+    name_is_dns_subdomain,
+)
+from gpusched.sim.apimachinery import is_dns1035_label as _is_dns1035_label
 
 __all__ = [
     "CRD_GROUP",
@@ -134,151 +145,6 @@ def _num(v: Any) -> float | None:
     return float(v) if _is_number(v) else None
 
 
-def go_quote(s: str) -> str:
-    """``strconv.Quote(s)``: a double-quoted Go string literal."""
-    out = ['"']
-    for ch in s:
-        cp = ord(ch)
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch.isprintable() and not (0xD800 <= cp <= 0xDFFF):
-            out.append(ch)
-        elif ch in _GO_SHORT_ESCAPES:
-            out.append(_GO_SHORT_ESCAPES[ch])
-        elif cp < 0x20 or cp == 0x7F:
-            out.append(f"\\x{cp:02x}")
-        elif 0xD800 <= cp <= 0xDFFF:  # lone surrogate: Go sees invalid UTF-8
-            out.append("\\ufffd")
-        elif cp < 0x10000:
-            out.append(f"\\u{cp:04x}")
-        else:
-            out.append(f"\\U{cp:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-_GO_SHORT_ESCAPES: Final = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
-
-
-def _float_digits(f: float) -> tuple[str, int]:
-    """Shortest round-trip decimal digits of ``abs(f)`` and the decimal point position.
-
-    The value is ``0.<digits> * 10**dp``; ``f`` must be finite and non-zero.
-    """
-    t = Decimal(repr(abs(f))).as_tuple()
-    raw = "".join(str(d) for d in t.digits)
-    assert isinstance(t.exponent, int)
-    dp = len(raw) + t.exponent
-    digits = raw.lstrip("0")
-    dp -= len(raw) - len(digits)
-    digits = digits.rstrip("0")
-    return digits, dp
-
-
-def _fmt_e(digits: str, dp: int, neg: bool, *, json_style: bool) -> str:
-    exp = dp - 1
-    mant = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-    sign = "-" if exp < 0 else "+"
-    e = abs(exp)
-    exps = f"{e:02d}"
-    if json_style and sign == "-" and e < 10:
-        exps = str(e)
-    return ("-" if neg else "") + f"{mant}e{sign}{exps}"
-
-
-def _fmt_f(digits: str, dp: int, neg: bool) -> str:
-    if dp <= 0:
-        s = "0." + "0" * (-dp) + digits
-    elif dp >= len(digits):
-        s = digits + "0" * (dp - len(digits))
-    else:
-        s = digits[:dp] + "." + digits[dp:]
-    return ("-" if neg else "") + s
-
-
-def _go_format_float(f: float) -> str:
-    """``fmt.Sprintf("%v", f)`` for a float64."""
-    if math.isnan(f):
-        return "NaN"
-    if math.isinf(f):
-        return "+Inf" if f > 0 else "-Inf"
-    if f == 0:
-        return "-0" if math.copysign(1.0, f) < 0 else "0"
-    digits, dp = _float_digits(f)
-    exp = dp - 1
-    # strconv 'g' with the shortest precision decides %e vs %f with precision 6.
-    if exp < -4 or exp >= 6:
-        return _fmt_e(digits, dp, f < 0, json_style=False)
-    return _fmt_f(digits, dp, f < 0)
-
-
-def _go_json_float(f: float) -> str:
-    """``encoding/json`` rendering of a float64."""
-    if f == 0:
-        return "-0" if math.copysign(1.0, f) < 0 else "0"
-    digits, dp = _float_digits(f)
-    a = abs(f)
-    if a < 1e-6 or a >= 1e21:
-        return _fmt_e(digits, dp, f < 0, json_style=True)
-    return _fmt_f(digits, dp, f < 0)
-
-
-def _go_json_string(s: str) -> str:
-    out = ['"']
-    for ch in s:
-        cp = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch in "<>&":
-            out.append(f"\\u00{cp:02x}")
-        elif cp < 0x20:
-            out.append(
-                {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(
-                    ch, f"\\u00{cp:02x}"
-                )
-            )
-        elif cp in (0x2028, 0x2029):
-            out.append(f"\\u{cp:04x}")
-        elif 0xD800 <= cp <= 0xDFFF:
-            out.append("\\ufffd")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def go_json(v: Any) -> str:
-    """``json.Marshal(v)`` as Go renders unstructured JSON (sorted keys, no spaces)."""
-    if v is None:
-        return "null"
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return _go_json_float(v)
-    if isinstance(v, str):
-        return _go_json_string(v)
-    if isinstance(v, Mapping):
-        items = sorted((str(k), val) for k, val in v.items())
-        return "{" + ",".join(_go_json_string(k) + ":" + go_json(val) for k, val in items) + "}"
-    if isinstance(v, list | tuple):
-        return "[" + ",".join(go_json(x) for x in v) + "]"
-    return _go_json_string(str(v))
-
-
 def format_go_value(v: Any) -> str:
     """How ``field.Error.ErrorBody`` prints a bad value (``%v``, ``%q`` or JSON)."""
     if isinstance(v, bool):
@@ -286,7 +152,7 @@ def format_go_value(v: Any) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        return _go_format_float(v)
+        return go_format_float(v)
     if isinstance(v, str):
         return go_quote(v)
     return go_json(v)
@@ -366,14 +232,7 @@ class FieldError(NamedTuple):
 
 def _aggregate(errors: Sequence[FieldError]) -> str:
     """``errs.ToAggregate().Error()``: deduplicated, ``[a, b]`` when more than one."""
-    seen: list[str] = []
-    for e in errors:
-        m = e.message()
-        if m not in seen:
-            seen.append(m)
-    if len(seen) == 1:
-        return seen[0]
-    return "[" + ", ".join(seen) + "]"
+    return aggregate([e.message() for e in errors])
 
 
 def _qualified_kind(kind: str, group: str) -> str:
@@ -508,61 +367,10 @@ def _duplicate(p: _Path, value: Any) -> FieldError:
 # Name validation (k8s.io/apimachinery/pkg/util/validation)
 # ---------------------------------------------------------------------------------------------
 
-_DNS1123_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_FMT: Final = _DNS1123_LABEL_FMT + "(\\." + _DNS1123_LABEL_FMT + ")*"
-_DNS1123_SUBDOMAIN_RE: Final = re.compile("^" + _DNS1123_SUBDOMAIN_FMT + "$")
-_DNS1123_SUBDOMAIN_MSG: Final = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character"
-)
-_DNS1035_LABEL_FMT: Final = "[a-z]([-a-z0-9]*[a-z0-9])?"
-_DNS1035_LABEL_RE: Final = re.compile("^" + _DNS1035_LABEL_FMT + "$")
-_DNS1035_LABEL_MSG: Final = (
-    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-    "alphabetic character, and end with an alphanumeric character"
-)
-
-
-def _max_len_error(n: int) -> str:
-    return f"must be no more than {n} characters"
-
-
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    if not examples:
-        return f"{msg} (regex used for validation is '{fmt}')"
-    ex = " or ".join(f"'{e}'" for e in examples)
-    return f"{msg} (e.g. {ex}, regex used for validation is '{fmt}')"
-
-
-def _fullmatch(rx: re.Pattern[str], s: str) -> bool:
-    # Go's "^...$" never matches across a trailing newline; Python's "$" would.
-    return "\n" not in s and rx.match(s) is not None
-
-
-def is_dns1123_subdomain(value: str) -> list[str]:
-    """``validation.IsDNS1123Subdomain``: error messages, empty when valid."""
-    errs = []
-    if len(value) > 253:
-        errs.append(_max_len_error(253))
-    if not _fullmatch(_DNS1123_SUBDOMAIN_RE, value):
-        errs.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errs
-
 
 def is_dns1035_label(value: str) -> list[str]:
-    """``validation.IsDNS1035Label``: error messages, empty when valid."""
-    errs = []
-    if len(value) > 63:
-        errs.append(_max_len_error(63))
-    if not _fullmatch(_DNS1035_LABEL_RE, value):
-        errs.append(_regex_error(_DNS1035_LABEL_MSG, _DNS1035_LABEL_FMT, "my-name", "abc-123"))
-    return errs
-
-
-def _name_is_dns_subdomain(name: str, prefix: bool) -> list[str]:
-    if prefix and len(name) > 1 and name.endswith("-"):  # maskTrailingDash
-        name = name[:-2] + "a"
-    return is_dns1123_subdomain(name)
+    """``validation.IsDNS1035Label`` (see :mod:`gpusched.sim.apimachinery`)."""
+    return _is_dns1035_label(value)
 
 
 def _validate_object_meta_name(
@@ -1191,7 +999,7 @@ def _number_validate(s: _Schema, data: int | float, path: str) -> _Result:
         bound: int | float = math.trunc(mx) if is_int and math.isfinite(mx) else mx
         if (not excl and data > bound) or (excl and data >= bound):
             word = "less than" if excl else "less than or equal to"
-            shown = str(bound) if isinstance(bound, int) else _go_format_float(bound)
+            shown = str(bound) if isinstance(bound, int) else go_format_float(bound)
             r_max.add(
                 _OAError(_Code.MAX, path, f"{path} in {_IN} should be {word} {shown}", value=data)
             )
@@ -1201,7 +1009,7 @@ def _number_validate(s: _Schema, data: int | float, path: str) -> _Result:
         bound = math.trunc(mn) if is_int and math.isfinite(mn) else mn
         if (not excl and data < bound) or (excl and data <= bound):
             word = "greater than" if excl else "greater than or equal to"
-            shown = str(bound) if isinstance(bound, int) else _go_format_float(bound)
+            shown = str(bound) if isinstance(bound, int) else go_format_float(bound)
             r_min.add(
                 _OAError(_Code.MIN, path, f"{path} in {_IN} should be {word} {shown}", value=data)
             )
@@ -1211,7 +1019,7 @@ def _number_validate(s: _Schema, data: int | float, path: str) -> _Result:
 
 
 def _must_be_positive(path: str, factor: int | float) -> _OAError:
-    shown = str(factor) if isinstance(factor, int) else _go_format_float(factor)
+    shown = str(factor) if isinstance(factor, int) else go_format_float(factor)
     return _OAError(
         _Code.MULTIPLE_OF_MUST_BE_POSITIVE,
         path,
@@ -1221,7 +1029,7 @@ def _must_be_positive(path: str, factor: int | float) -> _OAError:
 
 
 def _not_multiple(path: str, factor: int | float, data: Any) -> _OAError:
-    shown = str(factor) if isinstance(factor, int) else _go_format_float(factor)
+    shown = str(factor) if isinstance(factor, int) else go_format_float(factor)
     return _OAError(
         _Code.MULTIPLE_OF, path, f"{path} in {_IN} should be a multiple of {shown}", value=data
     )
@@ -1576,8 +1384,8 @@ _DURATION_UNITS: Final = (
 )
 _DURATION_SCALA_RE: Final = re.compile(rf"^(?:\d+\s*(?:{_DURATION_UNITS})\s*)+\Z")
 _EMAIL_ADDR_RE: Final = re.compile(r"^[^\s@<>()\[\]\\,;:\"]+@[^\s@<>()\[\]\\,;:\"]+\Z")
-_SHORT_NAME_RE: Final = re.compile("^" + _DNS1123_LABEL_FMT + r"\Z")
-_LONG_NAME_RE: Final = re.compile("^" + _DNS1123_SUBDOMAIN_FMT + r"\Z")
+_SHORT_NAME_RE: Final = re.compile("^" + DNS1123_LABEL_FMT + r"\Z")
+_LONG_NAME_RE: Final = re.compile("^" + DNS1123_SUBDOMAIN_FMT + r"\Z")
 _CREDITCARD_RE: Final = re.compile(
     r"^(?:4[0-9]{12}(?:[0-9]{3})?|5[1-5][0-9]{14}|(222[1-9]|22[3-9][0-9]|2[3-6][0-9]{2}|27[01]"
     r"[0-9]|2720)[0-9]{12}|6(?:011|5[0-9][0-9])[0-9]{12}|3[47][0-9]{13}|3(?:0[0-5]|[68][0-9])"
@@ -1920,7 +1728,7 @@ def validate_custom_resource(
     meta = obj.get("metadata")
     errs.extend(
         _validate_object_meta_name(
-            meta if isinstance(meta, Mapping) else {}, _name_is_dns_subdomain, "metadata"
+            meta if isinstance(meta, Mapping) else {}, name_is_dns_subdomain, "metadata"
         )
     )
     if schema is not None:
@@ -2896,7 +2704,7 @@ def _crd_errors(crd: Mapping[str, Any]) -> list[FieldError]:
     plural = _str(names.get("plural"))
 
     def crd_name_fn(name: str, prefix: bool) -> list[str]:
-        out = _name_is_dns_subdomain(name, prefix)
+        out = name_is_dns_subdomain(name, prefix)
         if name != f"{plural}.{group}":
             out.append('must be spec.names.plural+"."+spec.group')
         return out

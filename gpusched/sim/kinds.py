@@ -62,11 +62,21 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Final
 
 from gpusched.sim import errors
+from gpusched.sim.apimachinery import (
+    go_sprint,
+    go_string_slice,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_qualified_name,
+    is_valid_label_value,
+    max_len_error,
+    name_is_dns_label,
+    name_is_dns_subdomain,
+)
 from gpusched.sim.errors import FieldError
 
 __all__ = [
@@ -121,11 +131,6 @@ def _ensure(obj: dict[str, Any], key: str) -> dict[str, Any]:
     return v
 
 
-def _go_quote_list(items: Iterable[str]) -> str:
-    """``fmt.Sprintf("%#v", []string{...})``."""
-    return "[]string{" + ", ".join(json.dumps(s) for s in items) + "}"
-
-
 def _decode_error(kind: str, err: str, version: str = "v1") -> errors.APIError:
     """The 400 the handler's ``transformDecodeError`` makes of a JSON decode failure."""
     return errors.bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: {err}')
@@ -135,33 +140,6 @@ def _decode_error(kind: str, err: str, version: str = "v1") -> errors.APIError:
 # Validation message texts (k8s.io/apimachinery/pkg/util/validation)
 # =============================================================================================
 
-_DNS1123_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_LABEL_MSG: Final = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-    "must start and end with an alphanumeric character"
-)
-_DNS1123_SUBDOMAIN_FMT: Final = _DNS1123_LABEL_FMT + "(\\." + _DNS1123_LABEL_FMT + ")*"
-_DNS1123_SUBDOMAIN_MSG: Final = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character"
-)
-_QNAME_CHAR_FMT: Final = "[A-Za-z0-9]"
-_QNAME_EXT_CHAR_FMT: Final = "[-A-Za-z0-9_.]"
-_QUALIFIED_NAME_FMT: Final = "(" + _QNAME_CHAR_FMT + _QNAME_EXT_CHAR_FMT + "*)?" + _QNAME_CHAR_FMT
-_QUALIFIED_NAME_MSG: Final = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-    "alphanumeric character"
-)
-_LABEL_VALUE_FMT: Final = "(" + _QUALIFIED_NAME_FMT + ")?"
-_LABEL_VALUE_MSG: Final = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-    "'.', and must start and end with an alphanumeric character"
-)
-
-_DNS1123_LABEL_RE: Final = re.compile(_DNS1123_LABEL_FMT)
-_DNS1123_SUBDOMAIN_RE: Final = re.compile(_DNS1123_SUBDOMAIN_FMT)
-_QUALIFIED_NAME_RE: Final = re.compile(_QUALIFIED_NAME_FMT)
-_LABEL_VALUE_RE: Final = re.compile(_LABEL_VALUE_FMT)
 _PORT_NAME_CHARSET_RE: Final = re.compile("[-a-z0-9]+")
 _PORT_NAME_ONE_LETTER_RE: Final = re.compile("[a-z]")
 
@@ -171,84 +149,10 @@ def _full(rx: re.Pattern[str], s: str) -> bool:
     return rx.fullmatch(s) is not None
 
 
-def _max_len_error(n: int) -> str:
-    return f"must be no more than {n} characters"
-
-
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    """``validation.RegexError`` (keeps upstream's ``'a',  or 'b', `` punctuation)."""
-    if not examples:
-        return f"{msg} (regex used for validation is '{fmt}')"
-    out = msg + " (e.g. "
-    for i, ex in enumerate(examples):
-        if i > 0:
-            out += " or "
-        out += "'" + ex + "', "
-    return out + "regex used for validation is '" + fmt + "')"
-
-
-def is_dns1123_label(value: str) -> list[str]:
-    errs = []
-    if len(value) > 63:
-        errs.append(_max_len_error(63))
-    if not _full(_DNS1123_LABEL_RE, value):
-        errs.append(_regex_error(_DNS1123_LABEL_MSG, _DNS1123_LABEL_FMT, "my-name", "123-abc"))
-    return errs
-
-
-def is_dns1123_subdomain(value: str) -> list[str]:
-    errs = []
-    if len(value) > 253:
-        errs.append(_max_len_error(253))
-    if not _full(_DNS1123_SUBDOMAIN_RE, value):
-        errs.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errs
-
-
-def is_qualified_name(value: str) -> list[str]:
-    errs: list[str] = []
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            errs.append("prefix part must be non-empty")
-        else:
-            errs.extend("prefix part " + m for m in is_dns1123_subdomain(prefix))
-    else:
-        return [
-            "a qualified name "
-            + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    if not name:
-        errs.append("name part must be non-empty")
-    elif len(name) > 63:
-        errs.append("name part " + _max_len_error(63))
-    if not _full(_QUALIFIED_NAME_RE, name):
-        errs.append(
-            "name part "
-            + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-        )
-    return errs
-
-
-def is_valid_label_value(value: str) -> list[str]:
-    errs = []
-    if len(value) > 63:
-        errs.append(_max_len_error(63))
-    if not _full(_LABEL_VALUE_RE, value):
-        errs.append(
-            _regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345")
-        )
-    return errs
-
-
 def _is_valid_port_name(port: str) -> list[str]:
     errs = []
     if len(port) > 15:
-        errs.append(_max_len_error(15))
+        errs.append(max_len_error(15))
     if not _full(_PORT_NAME_CHARSET_RE, port):
         errs.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
     if not _PORT_NAME_ONE_LETTER_RE.search(port):
@@ -264,20 +168,6 @@ def _is_valid_port_num(port: int) -> list[str]:
     if 1 <= port <= 65535:
         return []
     return ["must be between 1 and 65535, inclusive"]
-
-
-def _mask_trailing_dash(name: str) -> str:
-    if len(name) > 1 and name.endswith("-"):
-        return name[:-2] + "a"
-    return name
-
-
-def _name_is_dns_subdomain(name: str, prefix: bool) -> list[str]:
-    return is_dns1123_subdomain(_mask_trailing_dash(name) if prefix else name)
-
-
-def _name_is_dns_label(name: str, prefix: bool) -> list[str]:
-    return is_dns1123_label(_mask_trailing_dash(name) if prefix else name)
 
 
 NameFn = Callable[[str, bool], list[str]]
@@ -476,7 +366,7 @@ def _validate_object_meta_update(
                 _forbidden(
                     "metadata.finalizers",
                     "no new finalizers can be added if the object is being deleted, found new "
-                    f"finalizers {_go_quote_list(extra)}",
+                    f"finalizers {go_string_slice(extra)}",
                 )
             )
     if int(meta.get("generation") or 0) < int(old_meta.get("generation") or 0):
@@ -788,48 +678,6 @@ def _table(columns: list[JSON], rows: list[JSON]) -> JSON:
     }
 
 
-def _go_format_float(f: float) -> str:
-    """``fmt.Sprint(f)`` for a float64 (``%v``: shortest 'g', %e from exponent 6 or below -4)."""
-    if math.isnan(f):
-        return "NaN"
-    if math.isinf(f):
-        return "+Inf" if f > 0 else "-Inf"
-    if f == 0:
-        return "0"
-    sign, digits_t, exponent = Decimal(repr(f)).normalize().as_tuple()
-    assert isinstance(exponent, int)
-    digits = "".join(str(d) for d in digits_t)
-    exp = len(digits) - 1 + exponent
-    neg = "-" if sign else ""
-    if exp < -4 or exp >= 6:
-        mant = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{neg}{mant}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
-    if exp < 0:
-        return f"{neg}0.{'0' * (-exp - 1)}{digits}"
-    if exp + 1 >= len(digits):
-        return f"{neg}{digits}{'0' * (exp + 1 - len(digits))}"
-    return f"{neg}{digits[: exp + 1]}.{digits[exp + 1 :]}"
-
-
-def _go_sprint(v: Any) -> str:
-    """``fmt.Fprint`` of an unstructured JSON value (what the JSONPath printer writes)."""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return _go_format_float(v)
-    if v is None:
-        return "<nil>"
-    if isinstance(v, list):
-        return "[" + " ".join(_go_sprint(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "map[" + " ".join(f"{k}:{_go_sprint(v[k])}" for k in sorted(v)) + "]"
-    return str(v)
-
-
 _JSONPATH_STEP_RE: Final = re.compile(r"\.([^.\[\]]+)|\[(\*|-?[0-9]+)\]|\[['\"]([^'\"]+)['\"]\]")
 
 
@@ -964,7 +812,7 @@ class Strategy:
     # ------------------------------------------------------------------ create / update
 
     def name_fn(self, name: str, prefix: bool) -> list[str]:
-        return _name_is_dns_subdomain(name, prefix)
+        return name_is_dns_subdomain(name, prefix)
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         if self.has_status:
@@ -2706,7 +2554,7 @@ class NamespaceStrategy(Strategy):
         return {"status.phase": _str(_map(obj.get("status")).get("phase"))}
 
     def name_fn(self, name: str, prefix: bool) -> list[str]:
-        return _name_is_dns_label(name, prefix)
+        return name_is_dns_label(name, prefix)
 
     @staticmethod
     def _default(obj: dict[str, Any]) -> None:
@@ -3412,7 +3260,7 @@ class CustomResourceStrategy(Strategy):
                 if not found:
                     cells.append(None)
                 elif c.get("type") == "string":
-                    cells.append(_go_sprint(value) if value is not None else None)
+                    cells.append(go_sprint(value) if value is not None else None)
                 else:
                     cells.append(_cell_for_json_value(_str(c.get("type")), value, now))
             rows.append(_row(o, cells))

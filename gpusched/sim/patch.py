@@ -67,12 +67,13 @@ removed from the result, since the typed decode drops them.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping
-from decimal import Decimal
 from typing import Any, Final
 
-from gpusched.sim.selectors import _go_quote  # strconv.Quote, shared with the selectors
+from gpusched.sim.apimachinery import GO_MAP_TYPE as _MAP_TYPE
+from gpusched.sim.apimachinery import GO_SLICE_TYPE as _SLICE_TYPE
+from gpusched.sim.apimachinery import go_quote, go_sprint
+from gpusched.sim.apimachinery import go_type as _go_type
 
 __all__ = [
     "PATCH_STRATEGIES",
@@ -156,27 +157,6 @@ def _copy(value: Any) -> Any:
     return value
 
 
-_MAP_TYPE: Final = "map[string]interface {}"
-_SLICE_TYPE: Final = "[]interface {}"
-
-
-def _go_type(value: Any) -> str:
-    """``reflect.TypeOf`` of a value decoded into ``interface{}`` (ints preserved as int64)."""
-    if isinstance(value, dict):
-        return _MAP_TYPE
-    if isinstance(value, list):
-        return _SLICE_TYPE
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int64"
-    if isinstance(value, float):
-        return "float64"
-    return "<nil>"
-
-
 def _json_kind(value: Any) -> str:
     """The JSON kind ``encoding/json`` names in an ``UnmarshalTypeError``."""
     if isinstance(value, dict):
@@ -195,57 +175,11 @@ def _go_eq(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _go_float(f: float) -> str:
-    """``fmt`` ``%v`` of a float64: shortest digits, ``%e`` form when the exponent is < -4 or
-    >= 6 (``strconv.FormatFloat(f, 'g', -1, 64)``)."""
-    if math.isnan(f):
-        return "NaN"
-    if math.isinf(f):
-        return "+Inf" if f > 0 else "-Inf"
-    if f == 0:
-        return "-0" if math.copysign(1.0, f) < 0 else "0"
-    _, digit_tuple, exponent = Decimal(repr(abs(f))).as_tuple()
-    assert isinstance(exponent, int)
-    digits = "".join(map(str, digit_tuple)).rstrip("0")
-    exponent += len(digit_tuple) - len(digits)
-    nd = len(digits)
-    dp = nd + exponent  # position of the decimal point
-    sign = "-" if f < 0 else ""
-    x = dp - 1
-    if x < -4 or x >= 6:
-        mantissa = digits[0] + ("." + digits[1:] if nd > 1 else "")
-        return f"{sign}{mantissa}e{'-' if x < 0 else '+'}{abs(x):02d}"
-    if dp <= 0:
-        return f"{sign}0.{'0' * -dp}{digits}"
-    if dp >= nd:
-        return f"{sign}{digits}{'0' * (dp - nd)}"
-    return f"{sign}{digits[:dp]}.{digits[dp:]}"
-
-
-def _go_fmt(value: Any, verb: str = "v") -> str:
-    """``fmt`` ``%v`` (or ``%s``) of a decoded JSON value: maps print ``map[k:v]``, sorted."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        items = " ".join(f"{k}:{_go_fmt(value[k], verb)}" for k in sorted(value))
-        return f"map[{items}]"
-    if isinstance(value, list):
-        return "[" + " ".join(_go_fmt(v, verb) for v in value) + "]"
-    if value is None:
-        text = "<nil>"
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, float):
-        text = _go_float(value)
-    else:
-        text = str(value)
-    if verb == "s":
-        return "%!s(<nil>)" if value is None else f"%!s({_go_type(value)}={text})"
-    return text
-
-
-def _go_json(value: Any) -> str:
-    """``json.Marshal``: compact, sorted keys, ``<``, ``>``, ``&`` escaped."""
+def _raw_json(value: Any) -> str:
+    """An approximation of the patched document's bytes that the Go server echoes back (compact,
+    sorted keys, ``<``, ``>``, ``&`` escaped). Go keeps the request's raw number text (``1.0`` stays
+    ``1.0``), which Python's float ``repr`` approximates better than ``apimachinery.go_json``'s
+    re-marshalled ``1``; hence this is not ``go_json``."""
     text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
     for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
         text = text.replace(raw, escaped)
@@ -264,7 +198,7 @@ def _not_an_object(result: Any) -> PatchError:
         "couldn't get version/kind; json parse error: json: cannot unmarshal "
         f"{_json_kind(result)} into Go value of type {_FIND_KIND_TYPE}"
     )
-    body = f"Invalid value: {_go_quote(_go_json(result))}: {detail}"
+    body = f"Invalid value: {go_quote(_raw_json(result))}: {detail}"
     return PatchError(
         422,
         "Invalid",
@@ -339,10 +273,10 @@ def _atoi(key: str) -> int:
     """``strconv.Atoi`` on a 64-bit platform."""
     body = key[1:] if key[:1] in ("+", "-") else key
     if not body or not body.isascii() or not body.isdigit():
-        raise _OpError(f"strconv.Atoi: parsing {_go_quote(key)}: invalid syntax")
+        raise _OpError(f"strconv.Atoi: parsing {go_quote(key)}: invalid syntax")
     n = int(key)
     if n < _INT64_MIN or n > _INT64_MAX:
-        raise _OpError(f"strconv.Atoi: parsing {_go_quote(key)}: value out of range")
+        raise _OpError(f"strconv.Atoi: parsing {go_quote(key)}: value out of range")
     return n
 
 
@@ -786,12 +720,12 @@ def _bad_arg_type(expected: str, actual: Any) -> PatchError:
 
 def _no_merge_key(item: Any, merge_key: str) -> PatchError:
     """``mergepatch.ErrNoMergeKey``."""
-    return _internal(f"map: {_go_fmt(item)} does not contain declared merge key: {merge_key}")
+    return _internal(f"map: {go_sprint(item)} does not contain declared merge key: {merge_key}")
 
 
 def _bad_patch_type(directive: Any, item: Any) -> PatchError:
     """``mergepatch.ErrBadPatchType``."""
-    return _internal(f"unknown patch type: {_go_fmt(directive, 's')} in map: {_go_fmt(item)}")
+    return _internal(f"unknown patch type: {go_sprint(directive, 's')} in map: {go_sprint(item)}")
 
 
 def _go_sort_stable(items: list[Any], less: Callable[[Any, Any], bool]) -> list[Any]:
@@ -949,8 +883,8 @@ class _StrategicMerger:
             o += 1
         if p < len(non_delete) and o >= len(order):
             raise _internal(
-                f"The order in patch list:\n{_go_fmt(patch_list)}\n doesn't match "
-                f"{_ORDER_PREFIX} list:\n{_go_fmt(order)}\n"
+                f"The order in patch list:\n{go_sprint(patch_list)}\n doesn't match "
+                f"{_ORDER_PREFIX} list:\n{go_sprint(order)}\n"
             )
 
     @staticmethod
@@ -985,7 +919,7 @@ class _StrategicMerger:
                         )
                 elif current != element_type:
                     raise _internal(
-                        f"list element types are not identical: {_go_fmt(list(slices))}"
+                        f"list element types are not identical: {go_sprint(list(slices))}"
                     )
         if element_type is None:
             raise _internal("no elements in any of the given slices")

@@ -44,6 +44,14 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpusched.sim.apimachinery import (
+    aggregate,
+    go_quote,
+    go_string_slice,
+    is_qualified_name,
+    is_valid_label_value,
+)
+
 __all__ = [
     "FieldRequirement",
     "FieldSelector",
@@ -64,47 +72,8 @@ class SelectorError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------
-# Go formatting helpers (strconv.Quote, field.Error, utilerrors.Aggregate)
+# field.Error formatting (strconv.Quote, Aggregate: gpusched.sim.apimachinery)
 # --------------------------------------------------------------------------------------------
-
-_GO_ESCAPES: Final = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
-
-
-def _go_quote(s: str) -> str:
-    """``strconv.Quote``: Python's ``isprintable`` matches Go's ``unicode.IsPrint``."""
-    out = ['"']
-    for ch in s:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ch.isprintable():
-            out.append(ch)
-        elif ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
-        else:
-            o = ord(ch)
-            if o < 0x80:
-                out.append(f"\\x{o:02x}")
-            elif o < 0x10000:
-                out.append(f"\\u{o:04x}")
-            else:
-                out.append(f"\\U{o:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def _go_string_slice(values: Sequence[str] | None) -> str:
-    """``%#v`` of a ``[]string`` (``[]string(nil)`` for a nil slice)."""
-    if values is None:
-        return "[]string(nil)"
-    return "[]string{" + ", ".join(_go_quote(v) for v in values) + "}"
 
 
 def _invalid(path: str, bad_value: str, detail: str) -> str:
@@ -112,112 +81,16 @@ def _invalid(path: str, bad_value: str, detail: str) -> str:
     return f"{path}: Invalid value: {bad_value}: {detail}"
 
 
-def _aggregate(messages: Sequence[str]) -> str:
-    """``utilerrors.NewAggregate(...).Error()``: one message as is, several as ``[a, b]``."""
-    unique = list(dict.fromkeys(messages))
-    if len(unique) == 1:
-        return unique[0]
-    return "[" + ", ".join(unique) + "]"
-
-
 # --------------------------------------------------------------------------------------------
-# Key and value validation (pkg/util/validation/validation.go, v1.32 wording)
+# Key and value validation: gpusched.sim.apimachinery (pkg/util/validation, v1.32 wording)
 # --------------------------------------------------------------------------------------------
-
-_QUALIFIED_NAME_FMT: Final = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QUALIFIED_NAME_ERR: Final = (
-    "must consist of alphanumeric characters, '-', '_' or '.', "
-    "and must start and end with an alphanumeric character"
-)
-_QUALIFIED_NAME_MAX: Final = 63
-_LABEL_VALUE_FMT: Final = "(" + _QUALIFIED_NAME_FMT + ")?"
-_LABEL_VALUE_ERR: Final = (
-    "a valid label must be an empty string or consist of alphanumeric characters, "
-    "'-', '_' or '.', and must start and end with an alphanumeric character"
-)
-_LABEL_VALUE_MAX: Final = 63
-_DNS1123_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_FMT: Final = _DNS1123_LABEL_FMT + "(\\." + _DNS1123_LABEL_FMT + ")*"
-_DNS1123_SUBDOMAIN_ERR: Final = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
-    "'-' or '.', and must start and end with an alphanumeric character"
-)
-_DNS1123_SUBDOMAIN_MAX: Final = 253
-
-_QUALIFIED_NAME_RE: Final = re.compile(_QUALIFIED_NAME_FMT)
-_LABEL_VALUE_RE: Final = re.compile(_LABEL_VALUE_FMT)
-_DNS1123_SUBDOMAIN_RE: Final = re.compile(_DNS1123_SUBDOMAIN_FMT)
-
-
-def _regex_error(msg: str, fmt: str, *examples: str) -> str:
-    """``validation.RegexError`` (note the doubled space before each ``or``)."""
-    if not examples:
-        return f"{msg} (regex used for validation is '{fmt}')"
-    parts = " or ".join(f"'{e}', " for e in examples)
-    return f"{msg} (e.g. {parts}regex used for validation is '{fmt}')"
-
-
-def _max_len_error(length: int) -> str:
-    return f"must be no more than {length} characters"
-
-
-def _byte_len(s: str) -> int:
-    return len(s.encode("utf-8", "surrogatepass"))
-
-
-def _qualified_name_errors(value: str) -> list[str]:
-    """``validation.IsQualifiedName``: ``[prefix/]name``."""
-    errs: list[str] = []
-    parts = value.split("/")
-    if len(parts) == 1:
-        name = parts[0]
-    elif len(parts) == 2:
-        prefix, name = parts
-        if not prefix:
-            errs.append("prefix part must be non-empty")
-        else:
-            if _byte_len(prefix) > _DNS1123_SUBDOMAIN_MAX:
-                errs.append("prefix part " + _max_len_error(_DNS1123_SUBDOMAIN_MAX))
-            if not _DNS1123_SUBDOMAIN_RE.fullmatch(prefix):
-                errs.append(
-                    "prefix part "
-                    + _regex_error(_DNS1123_SUBDOMAIN_ERR, _DNS1123_SUBDOMAIN_FMT, "example.com")
-                )
-    else:
-        return [
-            "a qualified name "
-            + _regex_error(_QUALIFIED_NAME_ERR, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
-    if not name:
-        errs.append("name part must be non-empty")
-    elif _byte_len(name) > _QUALIFIED_NAME_MAX:
-        errs.append("name part " + _max_len_error(_QUALIFIED_NAME_MAX))
-    if not _QUALIFIED_NAME_RE.fullmatch(name):
-        errs.append(
-            "name part "
-            + _regex_error(_QUALIFIED_NAME_ERR, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
-        )
-    return errs
-
-
-def _label_value_errors(value: str) -> list[str]:
-    """``validation.IsValidLabelValue``."""
-    errs: list[str] = []
-    if _byte_len(value) > _LABEL_VALUE_MAX:
-        errs.append(_max_len_error(_LABEL_VALUE_MAX))
-    if not _LABEL_VALUE_RE.fullmatch(value):
-        errs.append(
-            _regex_error(_LABEL_VALUE_ERR, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345")
-        )
-    return errs
 
 
 def _key_error(key: str, path: str) -> str | None:
     """``labels.validateLabelKey``: one ``field.Invalid`` with the messages joined by ``; ``."""
-    errs = _qualified_name_errors(key)
+    errs = is_qualified_name(key)
     if errs:
-        return _invalid(path, _go_quote(key), "; ".join(errs))
+        return _invalid(path, go_quote(key), "; ".join(errs))
     return None
 
 
@@ -323,7 +196,7 @@ def _new_requirement(
             errs.append(
                 _invalid(
                     "values",
-                    _go_string_slice(values),
+                    go_string_slice(values),
                     "for 'in', 'notin' operators, values set can't be empty",
                 )
             )
@@ -332,7 +205,7 @@ def _new_requirement(
             errs.append(
                 _invalid(
                     "values",
-                    _go_string_slice(values),
+                    go_string_slice(values),
                     "exact-match compatibility requires one single value",
                 )
             )
@@ -341,7 +214,7 @@ def _new_requirement(
             errs.append(
                 _invalid(
                     "values",
-                    _go_string_slice(values),
+                    go_string_slice(values),
                     "values set must be empty for exists and does not exist",
                 )
             )
@@ -350,7 +223,7 @@ def _new_requirement(
             errs.append(
                 _invalid(
                     "values",
-                    _go_string_slice(values),
+                    go_string_slice(values),
                     "for 'Gt', 'Lt' operators, exactly one value is required",
                 )
             )
@@ -359,21 +232,19 @@ def _new_requirement(
                 errs.append(
                     _invalid(
                         f"values[{i}]",
-                        _go_quote(v),
+                        go_quote(v),
                         "for 'Gt', 'Lt' operators, the value must be an integer",
                     )
                 )
     else:  # unreachable from the parser; kept for parity with NewRequirement
-        supported = ", ".join(
-            _go_quote(o) for o in (*_BINARY_OPERATOR_LIST, EXISTS, DOES_NOT_EXIST)
-        )
-        errs.append(f"operator: Unsupported value: {_go_quote(op)}: supported values: {supported}")
+        supported = ", ".join(go_quote(o) for o in (*_BINARY_OPERATOR_LIST, EXISTS, DOES_NOT_EXIST))
+        errs.append(f"operator: Unsupported value: {go_quote(op)}: supported values: {supported}")
     for i, v in enumerate(vals):
-        value_errs = _label_value_errors(v)
+        value_errs = is_valid_label_value(v)
         if value_errs:
-            errs.append(_invalid(f"values[{i}][{key}]", _go_quote(v), "; ".join(value_errs)))
+            errs.append(_invalid(f"values[{i}][{key}]", go_quote(v), "; ".join(value_errs)))
     if errs:
-        raise SelectorError(_aggregate(errs))
+        raise SelectorError(aggregate(errs))
     return LabelRequirement(key, op, tuple(vals))
 
 
@@ -685,9 +556,7 @@ def label_selector_from_object(obj: Mapping[str, Any] | None) -> LabelSelector:
         operator = expr.get("operator", "")
         op = _SELECTOR_OPERATORS.get(operator)
         if op is None:
-            raise SelectorError(
-                f"{_go_quote(str(operator))} is not a valid label selector operator"
-            )
+            raise SelectorError(f"{go_quote(str(operator))} is not a valid label selector operator")
         # Go copies the values with append([]string(nil), ...): an empty list becomes nil.
         values = list(expr.get("values") or []) or None
         requirements.append(_new_requirement(expr.get("key", ""), op, values))
@@ -869,6 +738,6 @@ def default_field_label_conversion(label: str, value: str) -> tuple[str, str]:
     if label in ("metadata.name", "metadata.namespace"):
         return label, value
     raise SelectorError(
-        f'{_go_quote(label)} is not a known field selector: only "metadata.name", '
+        f'{go_quote(label)} is not a known field selector: only "metadata.name", '
         '"metadata.namespace"'
     )

@@ -964,7 +964,7 @@ def test_embedded_resource_validation() -> None:
 SCHEMA_PATH = "spec.validation.openAPIV3Schema"
 DNS1035_MSG = (
     "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name' or 'abc-123', "
+    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
     "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
 )
 DNS1123_SUBDOMAIN_MSG = (
