@@ -1,0 +1,748 @@
+"""Scheduling throughput, modelled on kube-scheduler's scheduler_perf.
+
+Upstream's test/integration/scheduler_perf creates N nodes, schedules ``initPods`` to warm up,
+then measures ``measurePods`` pods (``SchedulingBasic``: 5,000 nodes, 1,000 + 1,000 pods;
+``SchedulingWithExtendedResource``: 5,000 pods on 5,000 nodes, CI floor 180 pods/s). Here the
+nodes are ``dgx-h100`` (8 x H100 each, inventories) and every pod asks for one GPU
+(``limits: nvidia.com/gpu: 1``, plus upstream's pod-default requests: 100m cpu, 500Mi).
+
+**1. In memory, no API** (``inmem``): a ``Scheduler`` whose cache is filled directly from
+``build_fleet`` (``add_node``, ``set_inventory``; its Kube is never connected: any API call
+would raise), ``gc.freeze()`` after building, then per pod exactly the in-memory part of
+``Scheduler.schedule_one``: ``CycleState``, ``cache.update_snapshot``,
+``Scheduler.find_placement`` (PreFilter, Filter over the adaptive sample of nodes, PreScore,
+Score, select), the reservation uid, ``cache.assume_pod``, Reserve, Permit and, as the binding
+cycle would after the Binding, ``cache.finish_binding``; so GPUs fill up as in a real run.
+Not included: the queue, the informer event that confirms the bind, any API request.
+Baseline, side by side: the same loop with every default plugin but GPUFit
+(``benchmarks/scheduler-perf-no-gpufit.yaml``), so the cost of choosing GPU sets shows.
+Each repeat starts from a fresh cache: ``--warmup`` pods, then ``--inmem-pods`` timed pods;
+the figure is the median over ``--repeats``.
+
+**2. End to end** (``e2e``), three processes so they do not share one core: the simulated API
+server with the fleet (``SimCluster(..., kubelets=False)``: pods stay bound, no status churn;
+started by this file in a child process so that it can count requests by verb), ``python -m
+gpusched scheduler --kubeconfig ... --metrics-port 0`` as shipped, and this process as the load
+generator: ``--warmup`` pods created and waited for, then ``--pods`` pods created as fast as
+``--concurrency`` workers can, while a watch records when each pod is first seen bound. The
+fleet is created once per node count; each of ``--e2e-profiles`` (the baseline ``no-gpufit``,
+then ``gpusched``) gets its own scheduler process and namespace in turn, and its pods are
+deleted (grace 0) before the next. Reported: pods/s (measured pods over first create to last
+bound) and the p50/p99 of per-second throughput samples (scheduler_perf's SchedulingThroughput),
+create to bound latency (client side: from the create's response to the watch event showing
+``spec.nodeName``; creationTimestamp only has 1 s resolution), the API requests the scheduler
+made per scheduled pod as the API server counted them (Lease + Binding writes, all writes incl.
+Events, Lease reads) cross-checked against the scheduler's ``gpusched_api_writes_total``, and
+the CPU seconds each process spent per pod (/proc).
+
+    python benchmarks/scheduler_perf.py [--mode inmem,e2e] [--nodes 500,5000] [--pods 2000]
+        [--inmem-pods 2000] [--warmup 1000] [--repeats 3] [--percentage P] [--no-gc-freeze]
+        [--e2e-profiles no-gpufit,gpusched] [--profile-scheduler DIR] [--json out.json]
+
+Prints a table and the same figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import math
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+HERE = Path(__file__).resolve().parent
+NO_GPUFIT_CONFIG = HERE / "scheduler-perf-no-gpufit.yaml"
+KUBE_SCHEDULER_FLOOR = 180  # SchedulingWithExtendedResource/5000pods_5000nodes threshold
+SCHEDULING_BASIC_FLOOR = 680  # SchedulingBasic/5000Nodes_10000Pods threshold
+TARGET_INMEM = 2000
+
+
+def pod_body(name: str, namespace: str, *, uid: str | None = None) -> dict[str, Any]:
+    """A 1-GPU pod (upstream's pod-default requests, plus one nvidia.com/gpu)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": {"app": "perf"}}
+    if uid is not None:
+        meta["uid"] = uid
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "schedulerName": "gpusched",
+            "containers": [
+                {
+                    "name": "pause",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "500Mi", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                }
+            ],
+        },
+    }
+    if uid is not None:
+        pod["status"] = {"phase": "Pending"}
+    return pod
+
+
+def _percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (as scheduler_perf computes its throughput percentiles)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = math.ceil(p / 100 * len(ordered))
+    return ordered[min(max(rank - 1, 0), len(ordered) - 1)]
+
+
+# ------------------------------------------------------------------ 1. in memory
+
+
+def _offline_scheduler(profile: str, nodes: list[Any], seed: int, percentage: int) -> Any:
+    from gpusched.framework import default_config, load_config
+    from gpusched.kube.client import Kube
+    from gpusched.scheduler import Scheduler
+
+    config = default_config() if profile == "gpusched" else load_config(NO_GPUFIT_CONFIG)
+    config = config.model_copy(update={"percentage_of_nodes_to_score": percentage})
+    # Never connected: the cycle below makes no API call, and one would fail loudly.
+    scheduler = Scheduler(Kube(cast(Any, None)), config, rng=random.Random(seed))
+    for sim_node in nodes:
+        scheduler.cache.add_node(sim_node.node)
+        scheduler.cache.set_inventory(sim_node.name, sim_node.inventory)
+    scheduler.cache.update_snapshot(scheduler.snapshot)
+    return scheduler
+
+
+def _inmem_once(
+    profile: str, nodes: list[Any], args: argparse.Namespace, seed: int
+) -> dict[str, float]:
+    from gpusched.annotations import Assignment
+    from gpusched.framework import CycleState
+    from gpusched.plugins.default_binder import ASSIGNMENT
+
+    gc.unfreeze()
+    gc.collect()
+    warmup, pods = args.warmup, args.inmem_pods
+    scheduler = _offline_scheduler(profile, nodes, seed, args.percentage)
+    fw = scheduler.frameworks["gpusched"]
+    cache, snapshot, rng = scheduler.cache, scheduler.snapshot, scheduler.rng
+    batch = [pod_body(f"p{i}", "perf", uid=f"uid-{seed}-{i}") for i in range(warmup + pods)]
+    gc.collect()
+    if not args.no_gc_freeze:
+        gc.freeze()  # what a scheduler should do after its initial sync (cache_snapshot.py)
+    spent = {"snapshot": 0.0, "placement": 0.0, "commit": 0.0}
+    evaluated = feasible = 0
+    started = 0.0
+    for i, pod in enumerate(batch):
+        if i == warmup:
+            spent = dict.fromkeys(spent, 0.0)
+            evaluated = feasible = 0
+            started = time.perf_counter()
+        # --- Scheduler.schedule_one, minus the queue and the binding task
+        t0 = time.perf_counter()
+        state = CycleState(record_plugin_metrics=rng.random() < 0.1)
+        cache.update_snapshot(snapshot)
+        t1 = time.perf_counter()
+        result = scheduler.find_placement(fw, state, pod)
+        t2 = time.perf_counter()
+        if result.node is None:
+            why = result.status or result.statuses
+            raise RuntimeError(f"{profile}: pod {i} did not fit: {why}")
+        chosen = result.assignment or Assignment((), (), (), "")
+        assignment = Assignment(
+            chosen.gpu_ids, chosen.gpu_uuids, chosen.vram_mib, str(uuid.uuid4())
+        )
+        cache.assume_pod(pod, result.node, assignment)
+        state.write(ASSIGNMENT, assignment)
+        status = fw.run_reserve(state, pod, result.node)
+        if status.is_success:
+            status = fw.run_permit(state, pod, result.node)
+        # --- the binding cycle, once the Binding is written
+        cache.finish_binding(pod)
+        t3 = time.perf_counter()
+        spent["snapshot"] += t1 - t0
+        spent["placement"] += t2 - t1
+        spent["commit"] += t3 - t2
+        evaluated += result.evaluated
+        feasible += result.feasible
+    elapsed = time.perf_counter() - started
+    gc.unfreeze()
+    return {
+        "pods_per_s": pods / elapsed,
+        "us_per_pod": elapsed / pods * 1e6,
+        **{f"{k}_us": v / pods * 1e6 for k, v in spent.items()},
+        "nodes_evaluated": evaluated / pods,
+        "nodes_feasible": feasible / pods,
+    }
+
+
+def bench_inmem(node_counts: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    from gpusched.sim.fleet import build_fleet, load_cluster_spec
+
+    rows = []
+    for n in node_counts:
+        t0 = time.perf_counter()
+        fleet = build_fleet(load_cluster_spec("dgx-h100", nodes=n))
+        built = time.perf_counter() - t0
+        gpus = sum(len(s.inventory.gpus) for s in fleet if s.inventory is not None)
+        if args.warmup + args.inmem_pods > gpus:
+            raise SystemExit(
+                f"{n} nodes have {gpus} GPUs: --warmup + --inmem-pods must be at most that"
+            )
+        for profile in ("gpusched", "no-gpufit"):
+            samples = [_inmem_once(profile, fleet, args, seed=r) for r in range(args.repeats)]
+            row: dict[str, Any] = {"nodes": n, "profile": profile, "fleet_build_s": built}
+            for key in samples[0]:
+                row[key] = statistics.median(s[key] for s in samples)
+            row["pods_per_s_all"] = [s["pods_per_s"] for s in samples]
+            rows.append(row)
+            print(
+                f"  inmem {n} nodes {profile}: {row['pods_per_s']:,.0f} pods/s",
+                file=sys.stderr,
+                flush=True,
+            )
+    return rows
+
+
+# ------------------------------------------------------------------ 2. end to end
+
+
+def _counting_faults() -> Any:
+    from gpusched.sim.faults import Faults
+
+    class CountingFaults(Faults):
+        """No faults; counts every resource request the API server dispatches, by verb."""
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            self.seen: Counter[str] = Counter()
+
+        def check(self, verb: str, resource: str, name: str, group: str) -> None:
+            self.seen[f"{verb} {resource}"] += 1
+            super().check(verb, resource, name, group)
+
+    return CountingFaults()
+
+
+async def _serve_sim(nodes: int, kubeconfig: str) -> None:
+    """The child process: SimCluster with a counting fault hook; answers ``counts`` on stdin."""
+    from gpusched.sim import SimCluster
+    from gpusched.sim.fleet import load_cluster_spec
+
+    faults = _counting_faults()
+    started = time.perf_counter()
+    spec = load_cluster_spec("dgx-h100", nodes=nodes)
+    async with SimCluster(spec, faults=faults, kubelets=False, kubeconfig_path=kubeconfig) as sim:
+        fleet_s = time.perf_counter() - started
+        await sim.kube.create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpusched-system"}},
+        )
+        print(json.dumps({"fleet_s": fleet_s, "url": sim.url}), flush=True)
+        while True:
+            line = (await asyncio.to_thread(sys.stdin.readline)).strip()
+            if line == "counts":
+                counts = {"requests": sim.server.requests, "by_verb": dict(faults.seen)}
+                print(json.dumps(counts), flush=True)
+            elif line in ("", "quit"):
+                return
+
+
+def _cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process (this one when ``pid`` is None)."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return float("nan")
+
+
+class SimProcess:
+    def __init__(self, nodes: int, tmp: Path) -> None:
+        self.kubeconfig = tmp / f"sim-{nodes}.kubeconfig"
+        self.log = open(tmp / f"sim-{nodes}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve-sim", str(nodes), str(self.kubeconfig)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        )
+
+    async def _line(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = await asyncio.to_thread(self.proc.stdout.readline)
+        if not line:
+            raise RuntimeError(f"the simulation exited; see {self.log.name}")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    async def ready(self) -> dict[str, Any]:
+        return await self._line()
+
+    async def counts(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"counts\n")
+        self.proc.stdin.flush()
+        return await self._line()
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b"quit\n")
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class SchedulerProcess:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        tmp: Path,
+        tag: str,
+        config: Path | None = None,
+        profile_out: Path | None = None,
+    ) -> None:
+        self.out = tmp / f"scheduler-{tag}.out"
+        self.err = tmp / f"scheduler-{tag}.log"
+        cmd = [sys.executable]
+        if profile_out is not None:
+            cmd += ["-m", "cProfile", "-o", str(profile_out)]
+        cmd += ["-m", "gpusched", "scheduler", "--kubeconfig", str(kubeconfig)]
+        cmd += ["--metrics-port", "0", "--identity", f"perf-{tag}"]
+        if config is not None:
+            cmd += ["--config", str(config)]
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=err, env=os.environ | {"PYTHONUNBUFFERED": "1"}
+            )
+        self.port = 0
+
+    async def ready(self, timeout: float) -> None:
+        import aiohttp
+
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"the scheduler exited: {self.err.read_text()[-2000:]}")
+                if not self.port:
+                    found = re.search(r"metrics on :(\d+)", self.out.read_text())
+                    self.port = int(found.group(1)) if found else 0
+                if self.port:
+                    with contextlib.suppress(aiohttp.ClientError, OSError):
+                        url = f"http://127.0.0.1:{self.port}/readyz"
+                        async with session.get(url) as r:
+                            if r.status == 200:
+                                return
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"the scheduler was not ready in {timeout:.0f}s")
+
+    async def api_writes(self) -> dict[str, float]:
+        """``gpusched_api_writes_total`` by ``resource verb``."""
+        import aiohttp
+
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{self.port}/metrics") as r,
+        ):
+            text = await r.text()
+        out: dict[str, float] = {}
+        pattern = r'^gpusched_api_writes_total\{resource="([^"]+)",verb="([^"]+)"\} (\S+)$'
+        for m in re.finditer(pattern, text, re.M):
+            out[f"{m.group(2)} {m.group(1)}"] = float(m.group(3))
+        return out
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(60)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@dataclass
+class _Watch:
+    """When each pod was first seen bound, from a watch in the load generator."""
+
+    bound_at: dict[str, float] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        name = pod["metadata"]["name"]
+        if (pod.get("spec") or {}).get("nodeName") and name not in self.bound_at:
+            self.bound_at[name] = time.monotonic()
+            self.changed.set()
+
+    async def wait(self, names: list[str], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not all(n in self.bound_at for n in names):
+            self.changed.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=min(left, 1.0))
+        return True
+
+
+async def _create_pods(
+    kubes: list[Any], namespace: str, names: list[str], concurrency: int
+) -> dict[str, float]:
+    """Create the pods with ``concurrency`` workers; returns when each create returned."""
+    from gpusched.kube.client import resource_path
+
+    path = resource_path("", "v1", "pods", namespace)
+    created: dict[str, float] = {}
+    todo = iter(names)
+
+    async def worker(w: int) -> None:
+        kube = kubes[w % len(kubes)]
+        for name in todo:
+            await kube.create(path, pod_body(name, namespace))
+            created[name] = time.monotonic()
+
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    return created
+
+
+async def _settled_counts(sim: SimProcess, quiet: float = 1.5, limit: float = 60.0) -> Any:
+    """The API server's counts once the scheduler's writes stop changing (Events drain)."""
+    deadline = time.monotonic() + limit
+    last = await sim.counts()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet)
+        now = await sim.counts()
+        keys = ("create events", "patch pods/status", "update leases", "create pods/binding")
+        if all(now["by_verb"].get(k) == last["by_verb"].get(k) for k in keys):
+            return now
+        last = now
+    return last
+
+
+_SCHEDULER_WRITES = ("create", "update", "patch", "delete")
+
+
+def _per_pod(before: dict[str, int], after: dict[str, int], pods: int) -> dict[str, float]:
+    keys = set(before) | set(after)
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in keys}
+    return {k: v / pods for k, v in sorted(delta.items()) if v}
+
+
+async def _delete_pods(kube: Any, namespace: str) -> None:
+    """Remove a phase's pods at once (grace 0: no kubelet would confirm a graceful delete)."""
+    from gpusched.kube.client import resource_path
+
+    path = resource_path("", "v1", "pods", namespace)
+    await kube.delete(path, {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+    for _ in range(300):
+        if not (await kube.get(path, {"limit": "1"}))["items"]:
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"the pods of {namespace} were not deleted")
+
+
+async def _phase(
+    sim: SimProcess, kubes: list[Any], nodes: int, profile: str, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
+    """One scheduler (``profile``) on the running simulation: warm up, measure, clean up."""
+    from gpusched.kube.client import resource_path
+    from gpusched.kube.reflector import Reflector
+
+    row: dict[str, Any] = {"nodes": nodes, "profile": profile}
+    row.update(warmup=args.warmup, pods=args.pods)
+    profile_out = None
+    if args.profile_dir is not None:
+        profile_out = args.profile_dir / f"scheduler-{nodes}-{profile}.prof"
+    config = NO_GPUFIT_CONFIG if profile == "no-gpufit" else None
+    t1 = time.monotonic()
+    scheduler = SchedulerProcess(sim.kubeconfig, tmp, f"{nodes}-{profile}", config, profile_out)
+    ns = f"perf-{profile}"
+    watch = _Watch()
+    watch_task: asyncio.Task[None] | None = None
+    try:
+        await scheduler.ready(timeout=300)
+        row["scheduler_sync_s"] = time.monotonic() - t1
+        await kubes[0].create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        )
+        reflector = Reflector(
+            kubes[0], resource_path("", "v1", "pods", ns), handler=watch.on_pod, name="perf"
+        )
+        watch_task = asyncio.create_task(reflector.run())
+        await reflector.synced.wait()
+
+        warm = [f"warm-{i}" for i in range(args.warmup)]
+        tw = time.monotonic()
+        await _create_pods(kubes, ns, warm, args.concurrency)
+        if not await watch.wait(warm, timeout=args.timeout):
+            raise RuntimeError(f"warm-up pods not all bound in {args.timeout}s")
+        row["warmup_pods_per_s"] = args.warmup / (time.monotonic() - tw)
+        before = await _settled_counts(sim)
+        writes_before = await scheduler.api_writes()
+        pids = {"scheduler": scheduler.proc.pid, "apiserver": sim.proc.pid, "loadgen": None}
+        cpu_before = {k: _cpu_seconds(p) for k, p in pids.items()}
+
+        names = [f"pod-{i}" for i in range(args.pods)]
+        start = time.monotonic()
+        created = await _create_pods(kubes, ns, names, args.concurrency)
+        create_done = time.monotonic()
+        complete = await watch.wait(names, timeout=args.timeout)
+        cpu_after = {k: _cpu_seconds(p) for k, p in pids.items()}
+        bound = {n: watch.bound_at[n] for n in names if n in watch.bound_at}
+        end = max(bound.values()) if bound else time.monotonic()
+        after = await _settled_counts(sim)
+        writes_after = await scheduler.api_writes()
+    finally:
+        if watch_task is not None:
+            watch_task.cancel()
+            await asyncio.gather(watch_task, return_exceptions=True)
+        scheduler.stop()
+    await _delete_pods(kubes[0], ns)
+
+    scheduled = len(bound)
+    row["complete"] = complete
+    row["scheduled"] = scheduled
+    row["elapsed_s"] = end - start
+    row["pods_per_s"] = scheduled / (end - start)
+    row["create_per_s"] = args.pods / (create_done - start)
+    # scheduler_perf's SchedulingThroughput: pods scheduled in each full 1 s interval.
+    per_second = Counter(int(t - start) for t in bound.values())
+    samples = [float(per_second.get(s, 0)) for s in range(int(end - start))]
+    row["throughput_samples"] = samples
+    row["throughput_p50"] = _percentile(samples, 50)
+    row["throughput_p99"] = _percentile(samples, 99)
+    latencies = [max(bound[n] - created[n], 0.0) for n in bound]
+    row["latency_p50_s"] = _percentile(latencies, 50)
+    row["latency_p99_s"] = _percentile(latencies, 99)
+    row["latency_max_s"] = max(latencies, default=0.0)
+
+    by_verb = _per_pod(before["by_verb"], after["by_verb"], max(scheduled, 1))
+    row["requests_per_pod"] = by_verb
+    load = {"create pods"}  # the load generator's own requests
+    writes = {
+        k: v for k, v in by_verb.items() if k.split()[0] in _SCHEDULER_WRITES and k not in load
+    }
+    row["lease_binding_writes_per_pod"] = sum(
+        v for k, v in writes.items() if k.endswith((" leases", " pods/binding"))
+    )
+    row["all_writes_per_pod"] = sum(writes.values())
+    row["reads_per_pod"] = sum(v for k, v in by_verb.items() if k.split()[0] in ("get", "list"))
+    row["scheduler_api_writes_metric_per_pod"] = _per_pod(
+        {k: int(v) for k, v in writes_before.items()},
+        {k: int(v) for k, v in writes_after.items()},
+        max(scheduled, 1),
+    )
+    row["cpu_ms_per_pod"] = {
+        k: (cpu_after[k] - cpu_before[k]) / max(scheduled, 1) * 1e3 for k in pids
+    }
+    row["cpu_busy_cores"] = sum(cpu_after[k] - cpu_before[k] for k in pids) / (end - start)
+    print(
+        f"  e2e {nodes} nodes {profile}: {row['pods_per_s']:,.0f} pods/s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return row
+
+
+async def e2e_run(nodes: int, args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
+    """One simulated cluster of ``nodes``; each profile's scheduler in turn on it."""
+    from gpusched.kube.client import connect
+
+    t0 = time.monotonic()
+    sim = SimProcess(nodes, tmp)
+    kubes: list[Any] = []
+    rows = []
+    try:
+        ready = await sim.ready()
+        print(f"  e2e {nodes} nodes: fleet created in {ready['fleet_s']:.1f}s", file=sys.stderr)
+        kubes = [await connect(sim.kubeconfig) for _ in range(4)]
+        for profile in args.e2e_profiles.split(","):
+            row = await _phase(sim, kubes, nodes, profile, args, tmp)
+            row["fleet_create_s"] = ready["fleet_s"]
+            rows.append(row)
+    finally:
+        for kube in kubes:
+            await kube.close()
+        sim.stop()
+    print(f"  e2e {nodes} nodes: took {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
+    return rows
+
+
+def _profile_summary(path: Path, top: int = 15) -> list[dict[str, Any]]:
+    import pstats
+
+    stats = pstats.Stats(str(path))
+    rows = []
+    table = cast(dict[Any, Any], stats.stats)  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, calls, tottime, cumtime, _callers) in table.items():
+        rows.append(
+            {
+                "function": f"{Path(file).name}:{line}({func})",
+                "calls": calls,
+                "tottime_s": tottime,
+                "cumtime_s": cumtime,
+            }
+        )
+    rows.sort(key=lambda r: r["tottime_s"], reverse=True)
+    return rows[:top]
+
+
+async def bench_e2e(node_counts: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="scheduler-perf-") as tmp:
+        for n in node_counts:
+            gpus = n * 8
+            if args.warmup + args.pods > gpus:
+                raise SystemExit(f"{n} nodes have {gpus} GPUs: --warmup + --pods is more")
+            rows.extend(await e2e_run(n, args, Path(tmp)))
+    return rows
+
+
+# ------------------------------------------------------------------ output
+
+
+def print_tables(figures: dict[str, Any]) -> None:
+    inmem = figures.get("inmem") or []
+    if inmem:
+        print("In-memory scheduling cycle (no API), median of repeats")
+        head = (
+            f"{'nodes':>6} {'profile':10} {'pods/s':>8} {'us/pod':>8} {'snapshot':>9} "
+            f"{'placement':>10} {'commit':>7} {'evaluated':>10} {'feasible':>9}"
+        )
+        print(head)
+        for r in inmem:
+            print(
+                f"{r['nodes']:>6} {r['profile']:10} {r['pods_per_s']:>8,.0f} "
+                f"{r['us_per_pod']:>8,.0f} {r['snapshot_us']:>9,.0f} {r['placement_us']:>10,.0f} "
+                f"{r['commit_us']:>7,.0f} {r['nodes_evaluated']:>10,.0f} "
+                f"{r['nodes_feasible']:>9,.0f}"
+            )
+        for r in inmem:
+            if r["profile"] == "gpusched" and r["nodes"] == 5000:
+                verdict = "meets" if r["pods_per_s"] >= TARGET_INMEM else "misses"
+                print(f"target {TARGET_INMEM:,} pods/s at 5,000 nodes: {verdict} it")
+        print()
+    e2e = figures.get("e2e") or []
+    if e2e:
+        print("End to end: API server, scheduler and load generator in three processes")
+        head = (
+            f"{'nodes':>6} {'profile':10} {'pods':>5} {'pods/s':>7} {'p50/s':>6} {'p99/s':>6} "
+            f"{'create/s':>8} {'lat p50':>8} {'lat p99':>8} {'lease+bind':>10} "
+            f"{'writes':>7} {'reads':>6} {'sched ms':>8} {'api ms':>7} {'load ms':>7}"
+        )
+        print(head)
+        for r in e2e:
+            cpu = r["cpu_ms_per_pod"]
+            print(
+                f"{r['nodes']:>6} {r['profile']:10} {r['scheduled']:>5} {r['pods_per_s']:>7,.0f} "
+                f"{r['throughput_p50']:>6,.0f} {r['throughput_p99']:>6,.0f} "
+                f"{r['create_per_s']:>8,.0f} {r['latency_p50_s']:>7.2f}s "
+                f"{r['latency_p99_s']:>7.2f}s {r['lease_binding_writes_per_pod']:>10.2f} "
+                f"{r['all_writes_per_pod']:>7.2f} {r['reads_per_pod']:>6.2f} "
+                f"{cpu['scheduler']:>8.1f} {cpu['apiserver']:>7.1f} {cpu['loadgen']:>7.1f}"
+            )
+        print("(sched/api/load ms: CPU milliseconds per scheduled pod in each process)")
+        fleets = {r["nodes"]: r["fleet_create_s"] for r in e2e}
+        print(
+            "fleet creation through the API: "
+            + ", ".join(f"{n} nodes {s:.0f}s" for n, s in fleets.items())
+        )
+        for r in e2e:
+            if r["nodes"] == 5000 and r["profile"] == "gpusched":
+                print(
+                    f"kube-scheduler CI floors at 5,000 nodes: {KUBE_SCHEDULER_FLOOR} pods/s "
+                    f"(SchedulingWithExtendedResource), {SCHEDULING_BASIC_FLOOR} pods/s "
+                    f"(SchedulingBasic); gpusched end to end: {r['pods_per_s']:,.0f} pods/s"
+                )
+        print()
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve-sim":  # the child process
+        asyncio.run(_serve_sim(int(sys.argv[2]), sys.argv[3]))
+        return
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--mode", default="inmem,e2e", help="inmem, e2e or both")
+    parser.add_argument("--nodes", default="500,5000", help="node counts, comma-separated")
+    parser.add_argument("--pods", type=int, default=2000, help="measured pods, end to end")
+    parser.add_argument("--inmem-pods", type=int, default=2000, help="measured pods, in memory")
+    parser.add_argument("--warmup", type=int, default=1000, help="pods scheduled first")
+    parser.add_argument("--repeats", type=int, default=3, help="in-memory repeats")
+    parser.add_argument(
+        "--percentage",
+        type=int,
+        default=0,
+        help="in memory: percentageOfNodesToScore (default 0: adaptive, as the scheduler's)",
+    )
+    parser.add_argument(
+        "--no-gc-freeze", action="store_true", help="in memory: leave out gc.freeze()"
+    )
+    parser.add_argument(
+        "--e2e-profiles",
+        default="no-gpufit,gpusched",
+        help="end to end: the schedulers run in turn on each simulated cluster",
+    )
+    parser.add_argument("--concurrency", type=int, default=16, help="pod-creating workers")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per wait")
+    parser.add_argument("--profile-scheduler", default="", help="cProfile the scheduler here")
+    parser.add_argument("--json", default="", help="also write the figures to this file")
+    args = parser.parse_args()
+    modes = set(args.mode.split(","))
+    node_counts = [int(n) for n in args.nodes.split(",")]
+    figures: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "workload": {
+            "cluster": "dgx-h100",
+            "pod": "1 x nvidia.com/gpu, 100m cpu, 500Mi",
+            "warmup": args.warmup,
+            "inmem_pods": args.inmem_pods,
+            "e2e_pods": args.pods,
+            "repeats": args.repeats,
+            "percentage_of_nodes_to_score": args.percentage,
+            "gc_freeze": not args.no_gc_freeze,
+        },
+    }
+    if "inmem" in modes:
+        figures["inmem"] = bench_inmem(node_counts, args)
+    args.profile_dir = None
+    if args.profile_scheduler:
+        args.profile_dir = Path(args.profile_scheduler).resolve()
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
+    if "e2e" in modes:
+        figures["e2e"] = asyncio.run(bench_e2e(node_counts, args))
+        for row in figures["e2e"] if args.profile_dir is not None else ():
+            prof = args.profile_dir / f"scheduler-{row['nodes']}-{row['profile']}.prof"
+            if prof.exists():
+                row["scheduler_profile_top"] = _profile_summary(prof)
+    print_tables(figures)
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
