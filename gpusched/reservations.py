@@ -311,12 +311,15 @@ class ReservationWriter:
         newest = self._newest(node, known)
         current = newest if newest is not None else await self.read(node)
         for _attempt in range(self.max_attempts):
-            # A pod holds one reservation: an older one of the same pod (a bind that failed
-            # and whose release was lost) is superseded rather than left to block its GPUs.
+            # An older reservation this replica made for the same pod (a bind that failed and
+            # whose release was lost) is superseded rather than left to block its GPUs. One
+            # another replica made for the pod is kept: that replica may have bound the pod
+            # with it, and dropping it would free GPUs the pod holds.
             kept = {
                 uid: r
                 for uid, r in current.reservations.items()
-                if r.pod_uid != reservation.pod_uid and not (prunable and prunable(r))
+                if not (r.pod_uid == reservation.pod_uid and r.holder == reservation.holder)
+                and not (prunable and prunable(r))
             }
             check(NodeLease(node, kept, current.resource_version))
             kept[reservation.uid] = reservation

@@ -89,6 +89,16 @@ async def test_a_newer_reservation_of_the_same_pod_supersedes_the_old_one(kube: 
     await w.reserve("node-1", w.new_reservation("first", "default/p", "pod-uid", [0], [1]))
     lease = await w.reserve("node-1", w.new_reservation("second", "default/p", "pod-uid", [0], [1]))
     assert set(lease.reservations) == {"second"}
+    # Another replica's reservation for the same pod is never dropped: it may have bound it.
+    other = writer(kube, "b")
+    with pytest.raises(ReservationConflict):
+        await other.reserve(
+            "node-1", other.new_reservation("third", "default/p", "pod-uid", [0], [1])
+        )
+    lease = await other.reserve(
+        "node-1", other.new_reservation("fourth", "default/p", "pod-uid", [1], [1])
+    )
+    assert set(lease.reservations) == {"second", "fourth"}
 
 
 async def test_a_malformed_lease_is_reported_with_the_fix(kube: Kube) -> None:
