@@ -164,6 +164,7 @@ class Scheduler:
         )
         self.events = EventRecorder(kube, self.clock, instance=self.identity)
         self.leases: dict[str, NodeLease] = {}
+        self._reservations_held = 0  # sum over self.leases, kept as Lease events arrive
         # Pods this replica saw deleted or finished: their reservations protect nothing.
         self._gone: OrderedDict[str, None] = OrderedDict()
         self.reservation_gc_period = reservation_gc_period
@@ -229,11 +230,13 @@ class Scheduler:
         except LeaseFormatError as exc:
             log.error("%s", exc)
             return
-        if kind == "DELETED":
-            self.leases.pop(lease.node, None)
-        else:
+        old_lease = self.leases.pop(lease.node, None)
+        if old_lease is not None:
+            self._reservations_held -= len(old_lease.reservations)
+        if kind != "DELETED":
             self.leases[lease.node] = lease
-        self.metrics.reservations_held.set(sum(len(x.reservations) for x in self.leases.values()))
+            self._reservations_held += len(lease.reservations)
+        self.metrics.reservations_held.set(self._reservations_held)
         if kind != "ADDED":
             self.queue.on_event("Lease/Update")
 
