@@ -86,6 +86,7 @@ from .interfaces import (
     ReservePlugin,
     ScoreExtensions,
     ScorePlugin,
+    SignPlugin,
 )
 from .registry import (
     DuplicatePluginError,
@@ -156,6 +157,7 @@ __all__ = [
     "SchedulerConfiguration",
     "ScoreExtensions",
     "ScorePlugin",
+    "SignPlugin",
     "StateData",
     "StateKey",
     "StateNotFoundError",

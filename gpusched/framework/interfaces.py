@@ -36,7 +36,7 @@ from __future__ import annotations
 import abc
 import enum
 import inspect
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeAlias
 
@@ -83,6 +83,7 @@ __all__ = [
     "ReservePlugin",
     "ScoreExtensions",
     "ScorePlugin",
+    "SignPlugin",
 ]
 
 Pod: TypeAlias = dict[str, Any]
@@ -401,6 +402,33 @@ class ScoreExtensions(abc.ABC):
     def normalize_score(self, state: CycleState, pod: Pod, scores: list[NodeScore]) -> Status:
         """Called once per cycle with this plugin's score for every node; rewrite
         ``scores[i].score`` in place into ``[MIN_NODE_SCORE, MAX_NODE_SCORE]``."""
+
+
+class SignPlugin(abc.ABC):
+    """Mixin: lets pods that look alike to this plugin share Filter and Score results.
+
+    gpusched's counterpart of upstream's ``SignPlugin`` (KEP-5598, opportunistic batching).
+    A pod is *signed* when every PreFilter, Filter and Score plugin of its profile is a
+    ``SignPlugin`` and none returns ``None``; pods with equal signatures form an equivalence
+    class, and the scheduler keeps one ranking of all nodes per class, re-evaluating only the
+    nodes that changed since the class was last scheduled (:mod:`gpusched.equivalence`).
+    """
+
+    @abc.abstractmethod
+    def sign_pod(self, pod: Pod) -> Hashable | None:
+        """What of the pod this plugin's PreFilter, Filter and Score read, as a hashable value
+        (equal for pods this plugin treats alike), or ``None`` when the pod cannot be batched.
+
+        The contract, for two pods whose fragments are equal: on the same node info (same
+        generation) Filter returns equal statuses and Score equal values; PreFilter writes
+        equal state and restricts nothing (``PreFilterResult.node_names`` is ``None``); and
+        a node's score does not depend on the other nodes of the cycle (PreScore reads the
+        pod only). A plugin with ``ScoreExtensions`` may sign only if normalising scores that
+        are all equal leaves them all equal (as ``default_normalize_score`` does); the batched
+        path checks that the raw scores of such plugins are equal on every feasible node and
+        falls back to a full cycle when they are not. Must be cheap (it runs once per cycle)
+        and never raise: return ``None`` for a pod it cannot read.
+        """
 
 
 class ReservePlugin(Plugin):
