@@ -66,6 +66,10 @@ from typing import Any, cast
 
 HERE = Path(__file__).resolve().parent
 NO_GPUFIT_CONFIG = HERE / "scheduler-perf-no-gpufit.yaml"
+INMEM_PROFILES = ("gpusched", "gpusched-sampled", "no-gpufit")
+"""In memory: gpusched as shipped (equivalence classes); the same with
+``opportunisticBatching: false`` (every pod filters a sample of the nodes, as kube-scheduler);
+the baseline without GPUFit, sampled."""
 KUBE_SCHEDULER_FLOOR = 180  # SchedulingWithExtendedResource/5000pods_5000nodes threshold
 SCHEDULING_BASIC_FLOOR = 680  # SchedulingBasic/5000Nodes_10000Pods threshold
 TARGET_INMEM = 2000
@@ -116,8 +120,15 @@ def _offline_scheduler(profile: str, nodes: list[Any], seed: int, percentage: in
     from gpusched.kube.client import Kube
     from gpusched.scheduler import Scheduler
 
-    config = default_config() if profile == "gpusched" else load_config(NO_GPUFIT_CONFIG)
-    config = config.model_copy(update={"percentage_of_nodes_to_score": percentage})
+    config = load_config(NO_GPUFIT_CONFIG) if profile == "no-gpufit" else default_config()
+    config = config.model_copy(
+        update={
+            "percentage_of_nodes_to_score": percentage,
+            # The baseline samples nodes as kube-scheduler does (its opportunistic batching
+            # only serves pods that take a whole node, not 1-GPU pods on 8-GPU nodes).
+            "opportunistic_batching": profile == "gpusched",
+        }
+    )
     # Never connected: the cycle below makes no API call, and one would fail loudly.
     scheduler = Scheduler(Kube(cast(Any, None)), config, rng=random.Random(seed))
     for sim_node in nodes:
@@ -203,7 +214,7 @@ def bench_inmem(node_counts: list[int], args: argparse.Namespace) -> list[dict[s
             raise SystemExit(
                 f"{n} nodes have {gpus} GPUs: --warmup + --inmem-pods must be at most that"
             )
-        for profile in ("gpusched", "no-gpufit"):
+        for profile in INMEM_PROFILES:
             samples = [_inmem_once(profile, fleet, args, seed=r) for r in range(args.repeats)]
             row: dict[str, Any] = {"nodes": n, "profile": profile, "fleet_build_s": built}
             for key in samples[0]:

@@ -7,6 +7,9 @@ feeds one writer task, and under pressure events are dropped (counted) rather th
 scheduling. A pending pod does not flood the API: a ``FailedScheduling`` with the same message
 as the last one for that pod is not written again within ``repeat_interval`` (5 minutes), and
 the ``PodScheduled=False`` condition is only patched when its reason or message changes.
+
+``on_write(resource, verb)`` is told of each write that succeeded: ``("events", "create")`` and
+``("pods/status", "patch")`` (the scheduler's ``gpusched_api_writes_total``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import contextlib
 import logging
 import secrets
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpusched.clock import Clock
@@ -48,12 +51,14 @@ class EventRecorder:
         instance: str = "",
         repeat_interval: float = 300.0,
         capacity: int = 10_000,
+        on_write: Callable[[str, str], None] | None = None,
     ) -> None:
         self.kube = kube
         self.clock = clock
         self.component = component
         self.instance = instance or component
         self.repeat_interval = repeat_interval
+        self.on_write = on_write
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(capacity)
         self._last: OrderedDict[str, tuple[str, float]] = OrderedDict()  # pod uid -> (msg, t)
         self.written = 0
@@ -161,14 +166,13 @@ class EventRecorder:
             kind, item = await self._queue.get()
             try:
                 if kind == "event":
-                    ns = item["metadata"]["namespace"]
-                    await self.kube.create(resource_path("", "v1", "events", ns), item)
+                    await self._create_event(item)
                 else:
                     path = resource_path(
                         "", "v1", "pods", item["namespace"], item["name"], "status"
                     )
                     await self.kube.patch(path, item["body"], _STRATEGIC)
-                self.written += 1
+                    self._wrote("pods/status", "patch")
             except APINotFound:
                 pass  # the pod (or its namespace) is gone: nothing to tell
             except APIError as exc:
@@ -180,5 +184,14 @@ class EventRecorder:
             with contextlib.suppress(APIError):
                 kind, item = self._queue.get_nowait()
                 if kind == "event":
-                    ns = item["metadata"]["namespace"]
-                    await self.kube.create(resource_path("", "v1", "events", ns), item)
+                    await self._create_event(item)
+
+    async def _create_event(self, event: dict[str, Any]) -> None:
+        ns = event["metadata"]["namespace"]
+        await self.kube.create(resource_path("", "v1", "events", ns), event)
+        self._wrote("events", "create")
+
+    def _wrote(self, resource: str, verb: str) -> None:
+        self.written += 1
+        if self.on_write is not None:
+            self.on_write(resource, verb)

@@ -10,7 +10,13 @@ Metrics a kube-scheduler dashboard or alert already reads keep their names and l
 - ``scheduler_pending_pods{queue}``: active, backoff, unschedulable, gated;
 - ``scheduler_queue_incoming_pods_total{queue,event}``;
 - ``scheduler_framework_extension_point_duration_seconds{extension_point,status,profile}``;
-- ``scheduler_plugin_execution_duration_seconds{plugin,extension_point,status}``.
+- ``scheduler_plugin_execution_duration_seconds{plugin,extension_point,status}``;
+- ``scheduler_permit_wait_duration_seconds{result}``.
+
+The last three are recorded by a ``FrameworkObserver`` (``Metrics.observer(profile)``), the
+framework's ``Observer``: ``status`` and ``result`` are upstream's ``Code.String()``
+(``Success``, ``Error``, ``Unschedulable``, ``UnschedulableAndUnresolvable``, ``Wait``,
+``Skip``), ``extension_point`` upstream's names (``PreFilter``, ``Filter``, ``Score``...).
 
 gpusched's own, under ``gpusched_``: bind failures by reason, Lease conflicts, reservations
 held, API writes by resource and verb, and GPUs and VRAM allocated per node.
@@ -22,6 +28,7 @@ replicas) do not share counters. ``serve()`` exposes ``/metrics``, ``/healthz`` 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import (
@@ -33,13 +40,17 @@ from prometheus_client import (
     generate_latest,
 )
 
-__all__ = ["Metrics", "OperationsServer"]
+if TYPE_CHECKING:
+    from gpusched.framework.status import Code
+
+__all__ = ["FrameworkObserver", "Metrics", "OperationsServer"]
 
 # kube-scheduler's buckets: exponential from 1 ms (attempts) and from 10 ms (e2e SLI).
 _ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))
 _SLI_BUCKETS = tuple(0.01 * 2**i for i in range(20))
 _EXTENSION_BUCKETS = tuple(0.0001 * 2**i for i in range(12))
 _PLUGIN_BUCKETS = tuple(0.00001 * 1.5**i for i in range(20))
+_PERMIT_WAIT_BUCKETS = tuple(0.001 * 2**i for i in range(15))
 
 
 class Metrics:
@@ -92,6 +103,13 @@ class Metrics:
             buckets=_PLUGIN_BUCKETS,
             registry=r,
         )
+        self.permit_wait_duration = Histogram(
+            "scheduler_permit_wait_duration_seconds",
+            "Duration of waiting on permit.",
+            ["result"],
+            buckets=_PERMIT_WAIT_BUCKETS,
+            registry=r,
+        )
         self.bind_failures = Counter(
             "gpusched_bind_failures_total",
             "Binding cycles that failed, by reason.",
@@ -126,10 +144,83 @@ class Metrics:
             ["node"],
             registry=r,
         )
+        self._observers: dict[str, FrameworkObserver] = {}
+        self._api_writes: dict[tuple[str, str], Counter] = {}
+
+    def observer(self, profile: str) -> FrameworkObserver:
+        """The framework ``Observer`` for ``profile`` (its scheduler name); one per profile."""
+        observer = self._observers.get(profile)
+        if observer is None:
+            observer = self._observers[profile] = FrameworkObserver(self, profile)
+        return observer
+
+    def api_write(self, resource: str, verb: str) -> None:
+        """Count one API write in ``gpusched_api_writes_total{resource,verb}``.
+
+        The ``on_write`` callback of ``ReservationWriter`` and ``EventRecorder``.
+        """
+        child = self._api_writes.get((resource, verb))
+        if child is None:
+            child = self._api_writes[resource, verb] = self.api_writes.labels(resource, verb)
+        child.inc()
 
     def render(self) -> bytes:
         data: bytes = generate_latest(self.registry)
         return data
+
+
+class FrameworkObserver:
+    """Records a profile's framework durations into its ``Metrics`` (the framework's ``Observer``).
+
+    Labels are kube-scheduler's: the extension point as the framework passes it, the status
+    code's upstream name (``Code.label``), and the profile for extension points (plugin
+    durations carry no profile, as upstream). Each labelled child is looked up once per label
+    combination and cached: ``labels()`` converts its arguments and looks the child up under a
+    lock, about twice what the ``observe()`` costs (2.4 against 1.3 us here), so a call is one
+    dict lookup and one ``observe()`` (1.5 us). Plugin durations come only from the cycles the
+    scheduler samples (``CycleState.record_plugin_metrics``); the framework decides that.
+    """
+
+    __slots__ = ("_extension", "_metrics", "_permit", "_plugin", "profile")
+
+    def __init__(self, metrics: Metrics, profile: str) -> None:
+        self._metrics = metrics
+        self.profile = profile
+        self._extension: dict[tuple[str, Code], Histogram] = {}
+        self._plugin: dict[tuple[str, str, Code], Histogram] = {}
+        self._permit: dict[Code, Histogram] = {}
+
+    def extension_point_duration(self, point: str, status_code: Code, seconds: float) -> None:
+        """``scheduler_framework_extension_point_duration_seconds{extension_point,status,profile}``"""
+        child = self._extension.get((point, status_code))
+        if child is None:
+            child = self._extension[point, status_code] = (
+                self._metrics.extension_point_duration.labels(
+                    point, status_code.label, self.profile
+                )
+            )
+        child.observe(seconds)
+
+    def plugin_duration(self, plugin: str, point: str, status_code: Code, seconds: float) -> None:
+        """``scheduler_plugin_execution_duration_seconds{plugin,extension_point,status}``"""
+        child = self._plugin.get((plugin, point, status_code))
+        if child is None:
+            child = self._plugin[plugin, point, status_code] = self._metrics.plugin_duration.labels(
+                plugin, point, status_code.label
+            )
+        child.observe(seconds)
+
+    def permit_wait_duration(self, status_code: Code, seconds: float) -> None:
+        """``scheduler_permit_wait_duration_seconds{result}``"""
+        child = self._permit.get(status_code)
+        if child is None:
+            child = self._permit[status_code] = self._metrics.permit_wait_duration.labels(
+                status_code.label
+            )
+        child.observe(seconds)
+
+    def __repr__(self) -> str:
+        return f"<FrameworkObserver profile={self.profile!r}>"
 
 
 class OperationsServer:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -192,6 +193,9 @@ class NodeLease:
 Validate = Callable[[NodeLease], None]
 """Raises ``ReservationConflict`` when the new reservation no longer fits the given state."""
 Prunable = Callable[[Reservation], bool]
+OnWrite = Callable[[str, str], None]
+"""Called with ``(resource, verb)`` after each API write that succeeded (``"leases"``,
+``"create"`` or ``"update"``): the scheduler's ``gpusched_api_writes_total``."""
 
 
 def exclusive_devices_free(reservation: Reservation) -> Validate:
@@ -208,7 +212,12 @@ def exclusive_devices_free(reservation: Reservation) -> Validate:
 
 
 class ReservationWriter:
-    """Writes reservations into node Leases with optimistic concurrency."""
+    """Writes reservations into node Leases with optimistic concurrency.
+
+    ``writes`` counts the Lease writes that landed by verb (``create`` for a node's first
+    reservation, ``update`` after), and ``on_write`` is told of each; ``conflicts`` counts
+    those answered 409 or 404, which wrote nothing.
+    """
 
     def __init__(
         self,
@@ -219,6 +228,7 @@ class ReservationWriter:
         lease_duration: int = 60,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         max_attempts: int = 5,
+        on_write: OnWrite | None = None,
     ) -> None:
         self.kube = kube
         self.namespace = namespace
@@ -226,7 +236,8 @@ class ReservationWriter:
         self.lease_duration = lease_duration
         self.now = now
         self.max_attempts = max_attempts
-        self.writes = 0
+        self.on_write = on_write
+        self.writes: Counter[str] = Counter()  # verb -> Lease writes that landed
         self.conflicts = 0
         # This replica's own writes to a node's Lease are serialised, and the Lease as last
         # written is remembered: concurrent binds to one node never conflict with each other.
@@ -251,6 +262,11 @@ class ReservationWriter:
             self.namespace,
             lease_name(node) if node else None,
         )
+
+    def _wrote(self, verb: str) -> None:
+        self.writes[verb] += 1
+        if self.on_write is not None:
+            self.on_write("leases", verb)
 
     async def read(self, node: str) -> NodeLease:
         try:
@@ -311,15 +327,11 @@ class ReservationWriter:
         newest = self._newest(node, known)
         current = newest if newest is not None else await self.read(node)
         for _attempt in range(self.max_attempts):
-            # An older reservation this replica made for the same pod (a bind that failed and
-            # whose release was lost) is superseded rather than left to block its GPUs. One
-            # another replica made for the pod is kept: that replica may have bound the pod
-            # with it, and dropping it would free GPUs the pod holds.
+            # Entries are never dropped for being "the same pod's": an older reservation of the
+            # pod may be the one it is bound with (a Binding whose response was lost), or
+            # another replica's that bound it. Only what ``prunable`` vouches for goes.
             kept = {
-                uid: r
-                for uid, r in current.reservations.items()
-                if not (r.pod_uid == reservation.pod_uid and r.holder == reservation.holder)
-                and not (prunable and prunable(r))
+                uid: r for uid, r in current.reservations.items() if not (prunable and prunable(r))
             }
             check(NodeLease(node, kept, current.resource_version))
             kept[reservation.uid] = reservation
@@ -327,15 +339,17 @@ class ReservationWriter:
             body = desired.to_object(self.namespace, self.identity, self.now(), self.lease_duration)
             try:
                 if current.resource_version:
+                    verb = "update"
                     written = await self.kube.replace(self._path(node), body)
                 else:
+                    verb = "create"
                     written = await self.kube.create(self._path(), body)
             except (APIConflict, APINotFound):
                 # Someone else wrote (or deleted) the Lease since we read it.
                 self.conflicts += 1
                 current = await self.read(node)
                 continue
-            self.writes += 1
+            self._wrote(verb)
             return NodeLease.from_object(written)
         raise ReservationConflict(
             f"node {node}: the reservations Lease kept changing under {self.max_attempts} attempts"
@@ -359,7 +373,7 @@ class ReservationWriter:
                 self._latest[node] = NodeLease.from_object(
                     await self.kube.replace(self._path(node), body)
                 )
-                self.writes += 1
+                self._wrote("update")
                 return
             except (APIConflict, APINotFound):
                 self.conflicts += 1

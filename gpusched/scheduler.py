@@ -28,32 +28,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import random
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpusched.annotations import Assignment
+from gpusched.annotations import RESERVATION_UID, Assignment
 from gpusched.cache import SchedulerCache, Snapshot
-from gpusched.cache.errors import CacheError
+from gpusched.cache.errors import CacheError, LedgerError
 from gpusched.clock import Clock, RealClock
+from gpusched.equivalence import EquivalenceCache, Placement
 from gpusched.events import EventRecorder
 from gpusched.framework import (
+    ActionType,
+    ClusterEvent,
+    Code,
     CycleState,
     Framework,
     PluginRegistry,
+    QueueingHint,
+    QueueingHintFn,
     SchedulerConfiguration,
     Status,
     build_frameworks,
     in_tree,
 )
-from gpusched.inventory import InventoryError, inventory_from_object
+from gpusched.inventory import RESOURCE_GPU, InventoryError, inventory_from_object
 from gpusched.kube.client import Kube, resource_path
-from gpusched.kube.errors import APIError
+from gpusched.kube.errors import APIError, APINotFound
 from gpusched.kube.reflector import Reflector
 from gpusched.metrics import Metrics
 from gpusched.queue import QueueClosed, QueuedPodInfo, SchedulingQueue
@@ -111,6 +118,60 @@ def fit_error_message(all_nodes: int, result: SchedulingResult) -> str:
     return f"{head} {', '.join(reasons)}."
 
 
+EVENTS = (
+    "Node/Add",
+    "Node/Update",
+    "Pod/Update",
+    "Pod/Delete",
+    "GPUNodeInventory/Add",
+    "GPUNodeInventory/Update",
+    "GPUNodeInventory/Delete",
+)
+"""The cluster events the scheduler tells its queue of. A bound pod's Update is sent only when
+it finishes; a Node's Update only when what scheduling reads of it changed (not heartbeats);
+an assumed pod forgotten (a failed bind, another replica's reservation gone) is a Pod/Delete."""
+
+_ACTIONS = {"Add": ActionType.ADD, "Update": ActionType.UPDATE, "Delete": ActionType.DELETE}
+
+
+def event_hints(
+    frameworks: Iterable[Framework],
+) -> dict[str, dict[str, list[QueueingHintFn | None]]]:
+    """Event -> plugin -> the queueing hints it registered for that event (``None``: always
+    requeue), from every profile's enqueue extensions."""
+    out: dict[str, dict[str, list[QueueingHintFn | None]]] = {}
+    for fw in frameworks:
+        for plugin, registrations in fw.enqueue_extensions().items():
+            for event in EVENTS:
+                resource, _, action = event.partition("/")
+                happened = ClusterEvent(resource, _ACTIONS[action])
+                for reg in registrations:
+                    if reg.event.matches(happened):
+                        out.setdefault(event, {}).setdefault(plugin, []).append(
+                            reg.queueing_hint_fn
+                        )
+    return out
+
+
+def _scheduling_properties(node: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What scheduling reads of a Node (upstream's ``nodeSchedulingPropertiesChange``): a
+    change elsewhere (a heartbeat's timestamps) wakes no pod."""
+    meta = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    conditions = tuple(
+        (c.get("type"), c.get("status")) for c in status.get("conditions") or () if c
+    )
+    return (
+        meta.get("labels"),
+        meta.get("annotations"),
+        spec.get("unschedulable"),
+        spec.get("taints"),
+        status.get("allocatable"),
+        conditions,
+    )
+
+
 def _key(pod: Mapping[str, Any]) -> str:
     meta = pod["metadata"]
     return f"{meta.get('namespace', '')}/{meta['name']}"
@@ -141,11 +202,19 @@ class Scheduler:
         self.metrics = metrics or Metrics()
         self.rng = rng or random.Random()
         self.frameworks: dict[str, Framework] = build_frameworks(
-            self.config, registry or in_tree(), clock=self.clock, kube=kube
+            self.config,
+            registry or in_tree(),
+            clock=self.clock,
+            observer_for=self.metrics.observer,
+            kube=kube,
         )
         first = next(iter(self.frameworks.values()))
+        self._hints = event_hints(self.frameworks.values())
         self.cache = SchedulerCache(self.clock)
         self.snapshot = Snapshot()
+        self.equivalence = (
+            EquivalenceCache(self.rng) if self.config.opportunistic_batching else None
+        )
         self.queue = SchedulingQueue(
             self.clock,
             first.queue_sort_key,
@@ -153,6 +222,7 @@ class Scheduler:
             max_backoff=self.config.pod_max_backoff_seconds,
             max_in_unschedulable=self.config.pod_max_in_unschedulable_pods_duration,
             rng=self.rng,
+            event_interest={event: set(by_plugin) for event, by_plugin in self._hints.items()},
         )
         res = self.config.reservations
         self.reservations = ReservationWriter(
@@ -161,12 +231,19 @@ class Scheduler:
             self.identity,
             lease_duration=res.lease_duration_seconds,
             now=self.clock.now,
+            on_write=self.metrics.api_write,
         )
-        self.events = EventRecorder(kube, self.clock, instance=self.identity)
+        self.events = EventRecorder(
+            kube, self.clock, instance=self.identity, on_write=self.metrics.api_write
+        )
         self.leases: dict[str, NodeLease] = {}
         self._reservations_held = 0  # sum over self.leases, kept as Lease events arrive
         # Pods this replica saw deleted or finished: their reservations protect nothing.
         self._gone: OrderedDict[str, None] = OrderedDict()
+        # Reservations of this replica known not to hold their pod (failed binds).
+        self._dead: OrderedDict[str, None] = OrderedDict()
+        self._phantoms: dict[str, str] = {}  # others' reservation uid -> its pod's uid
+        self._phantom_pods: set[str] = set()
         self.reservation_gc_period = reservation_gc_period
         self.reservation_grace = reservation_grace
         # A reservation must outlive its Binding by this much, or the pod is not bound with it.
@@ -209,9 +286,11 @@ class Scheduler:
             return
         if kind == "ADDED":
             self.cache.add_node(node)
+            self._emit("Node/Add", None, node)
         else:
             self.cache.update_node(node)
-        self.queue.on_event("Node/Add" if kind == "ADDED" else "Node/Update")
+            if old is None or _scheduling_properties(old) != _scheduling_properties(node):
+                self._emit("Node/Update", old, node)  # not for heartbeats
 
     def _on_inventory(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = obj["metadata"]["name"]
@@ -222,7 +301,8 @@ class Scheduler:
             except InventoryError as exc:
                 log.warning("ignoring the GPU inventory of node %s: %s", name, exc)
         self.cache.set_inventory(name, inventory)
-        self.queue.on_event("Node/Update")
+        event = {"ADDED": "Add", "DELETED": "Delete"}.get(kind, "Update")
+        self._emit(f"GPUNodeInventory/{event}", old, obj if kind != "DELETED" else None)
 
     def _on_lease(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         try:
@@ -231,14 +311,70 @@ class Scheduler:
             log.error("%s", exc)
             return
         old_lease = self.leases.pop(lease.node, None)
-        if old_lease is not None:
-            self._reservations_held -= len(old_lease.reservations)
+        before = old_lease.reservations if old_lease is not None else {}
+        after = lease.reservations if kind != "DELETED" else {}
+        self._reservations_held += len(after) - len(before)
         if kind != "DELETED":
             self.leases[lease.node] = lease
-            self._reservations_held += len(lease.reservations)
         self.metrics.reservations_held.set(self._reservations_held)
-        if kind != "ADDED":
-            self.queue.on_event("Lease/Update")
+        for uid in before.keys() - after.keys():
+            self._drop_phantom(uid)
+        for uid in after.keys() - before.keys():
+            self._add_phantom(lease.node, after[uid])
+
+    # Reservations made by others. A reservation whose pod the cache does not hold when it
+    # first appears (another replica's bind in flight, or a bind whose outcome is unknown) is
+    # assumed in the cache as that pod, a *phantom*: the next cycles see its GPUs as taken
+    # instead of finding out with a 409 on the Lease. The phantom becomes the real pod when the
+    # informer shows it bound (the cache confirms an assumed pod on Add, on whichever node), and
+    # is forgotten when the reservation leaves the Lease without that (a failed bind released,
+    # an expired one pruned), or after the cache's TTL for assumed pods.
+
+    def _add_phantom(self, node: str, r: Reservation) -> None:
+        if r.pod_uid in self._gone or self.cache.get_pod(r.pod_uid) is not None:
+            return  # ours in flight, or the pod is bound already, or it is gone
+        namespace, _, name = r.pod.partition("/")
+        phantom = {
+            "metadata": {"name": name, "namespace": namespace, "uid": r.pod_uid},
+            "spec": {
+                "nodeName": node,
+                "containers": [
+                    {
+                        "name": "reserved",
+                        "resources": {"requests": {RESOURCE_GPU: str(len(r.gpu_ids))}},
+                    }
+                ],
+            },
+        }
+        assignment = Assignment(r.gpu_ids, (), r.vram_mib, r.uid)
+        try:
+            self.cache.assume_pod(phantom, node, assignment)
+        except (CacheError, LedgerError) as exc:  # e.g. the node is not known yet
+            log.debug("not counting reservation %s of %s: %s", r.uid, r.pod, exc)
+            return
+        self.cache.finish_binding(r.pod_uid)  # so that the TTL applies
+        self._phantoms[r.uid] = r.pod_uid
+        self._phantom_pods.add(r.pod_uid)
+
+    def _drop_phantom(self, reservation_uid: str) -> None:
+        """Forget the phantom of a reservation that left its Lease (if it is still one)."""
+        pod_uid = self._phantoms.pop(reservation_uid, None)
+        if pod_uid is not None:
+            self._phantom_pods.discard(pod_uid)
+            self._forget_assumed(pod_uid)
+
+    def _forget_assumed(self, pod_uid: str) -> None:
+        """Forget an assumed pod (a phantom, or a failed bind of ours) and tell the queue, as
+        upstream does on a failed binding: its devices are free again (an assigned pod's
+        deletion, to the plugins' queueing hints)."""
+        assumed = self.cache.get_pod(pod_uid)
+        node = self.cache.pod_node(pod_uid)
+        if assumed is None or not self.cache.forget_pod(pod_uid):
+            return
+        spec = assumed.get("spec") or {}
+        if not spec.get("nodeName"):
+            assumed = {**assumed, "spec": {**spec, "nodeName": node or ""}}
+        self._emit("Pod/Delete", assumed, None)
 
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         meta = pod["metadata"]
@@ -248,11 +384,13 @@ class Scheduler:
         if kind == "DELETED":
             if spec.get("nodeName"):
                 self.cache.remove_pod(pod)
-                self.queue.on_event("Pod/Delete")
+                self._emit("Pod/Delete", pod, None)
             else:
                 self.queue.delete(pod)
                 for fw in self.frameworks.values():
                     fw.reject_waiting_pod(uid, "", "the pod was deleted")
+                if uid in self._phantom_pods:
+                    self._forget_assumed(uid)
             self.events.forget(uid)
             self._mark_gone(uid)
             return
@@ -265,18 +403,36 @@ class Scheduler:
             if phase in _TERMINAL:
                 self._mark_gone(uid)
                 if was_running:
-                    self.queue.on_event("Pod/Delete")
+                    self._emit("Pod/Update", old, pod)
             return
         if spec.get("schedulerName") not in self.frameworks:
             return
         if meta.get("deletionTimestamp") or phase in _TERMINAL:
             self.queue.delete(pod)
             return
-        if self.cache.is_assumed(uid) or uid in self._binding:
+        if uid in self._binding or (self.cache.is_assumed(uid) and uid not in self._phantom_pods):
             return  # our decision is being bound; this is an older view of the pod
         info = self.queue.update(old, pod) if old is not None else self.queue.add(pod)
         if info.error:
             self.events.failed_scheduling(pod, info.error)
+
+    def _emit(self, event: str, old: Any, new: Any) -> int:
+        """Tell the queue of a cluster event: it moves the unschedulable pods that a plugin
+        which rejected them registered for, and whose queueing hint says the event may help
+        (upstream's ``MoveAllToActiveOrBackoffQueue`` with queueing hints)."""
+        by_plugin = self._hints.get(event)
+        if not by_plugin:
+            return 0
+
+        def hint(info: QueuedPodInfo) -> bool:
+            plugins = info.unschedulable_plugins | info.pending_plugins
+            for plugin in plugins:
+                for fn in by_plugin.get(plugin, ()):
+                    if fn is None or fn(info.pod, old, new) == QueueingHint.QUEUE:
+                        return True
+            return not plugins
+
+        return self.queue.on_event(event, hint)
 
     def _forget_binding(self, uid: str) -> None:
         self._binding.pop(uid, None)
@@ -377,7 +533,7 @@ class Scheduler:
             status = fw.run_permit(state, pod, node)
         if not (status.is_success or status.is_wait):
             fw.run_unreserve(state, pod, node)
-            self.cache.forget_pod(pod)
+            self._forget_assumed(info.uid)
             if status.is_rejected:
                 info.unschedulable_plugins = {status.plugin} if status.plugin else set()
                 self.queue.add_unschedulable(info)
@@ -410,12 +566,19 @@ class Scheduler:
         n = len(nodes)
         if n == 0:
             return SchedulingResult(None, status=Status.unresolvable("no nodes available"))
+        if self.equivalence is not None and (pre is None or pre.node_names is None):
+            signature = fw.sign_pod(pod)
+            if signature is not None:
+                placed = self.equivalence.place(fw, state, pod, signature, self.snapshot)
+                if placed is not None:
+                    return self._placed(state, placed)
         wanted = num_feasible_nodes_to_find(n, self.config.percentage_of_nodes_to_score)
         feasible = []
         statuses: dict[str, Status] = {}
         start = self._next_start % n
         evaluated = 0
         run_filter = fw.run_filter
+        filter_started = time.perf_counter()
         for i in range(n):
             node_info = nodes[(start + i) % n]
             evaluated += 1
@@ -427,6 +590,11 @@ class Scheduler:
             else:
                 statuses[node_info.name] = st
         self._next_start = (start + evaluated) % n
+        # The Filter extension point, timed over the whole node loop as upstream does
+        # (Framework.run_filter, called per node, is not timed).
+        self.metrics.observer(fw.profile_name).extension_point_duration(
+            "Filter", Code.SUCCESS, time.perf_counter() - filter_started
+        )
         if not feasible:
             return SchedulingResult(None, statuses=statuses, evaluated=evaluated)
         chosen = feasible[0]
@@ -457,6 +625,24 @@ class Scheduler:
             assignment = Assignment(choice.gpu_ids, choice.uuids, choice.vram_mib, "")
         return SchedulingResult(
             chosen.name, assignment, evaluated=evaluated, feasible=len(feasible)
+        )
+
+    @staticmethod
+    def _placed(state: CycleState, placed: Placement) -> SchedulingResult:
+        assignment = None
+        if placed.node is not None:
+            from gpusched.plugins.gpu_fit import choice_for
+
+            choice = choice_for(state, placed.node)
+            if choice is not None:
+                assignment = Assignment(choice.gpu_ids, choice.uuids, choice.vram_mib, "")
+        return SchedulingResult(
+            placed.node,
+            assignment,
+            statuses=placed.statuses,
+            status=placed.status,
+            evaluated=placed.evaluated,
+            feasible=placed.feasible,
         )
 
     def _unschedulable(
@@ -518,7 +704,6 @@ class Scheduler:
                         lost = self.reservations.conflicts - conflicts_before
                         if lost:
                             self.metrics.lease_conflicts.inc(lost)
-                    self.metrics.api_writes.labels(resource="leases", verb="update").inc()
                 status = await fw.run_pre_bind(state, pod, node)
                 if not status.is_success:
                     raise _BindFailure("prebind", status.message())
@@ -529,9 +714,18 @@ class Scheduler:
                         "expired", "the device reservation is about to expire; trying again"
                     )
                 status = await fw.run_bind(state, pod, node)
-                if not status.is_success:
-                    raise _BindFailure("bind", status.message() or "no bind plugin bound the pod")
-                self.metrics.api_writes.labels(resource="pods/binding", verb="create").inc()
+                if status.is_success:
+                    self.metrics.api_write("pods/binding", "create")
+                else:
+                    # A failed Binding may still have landed (its response lost) or the pod
+                    # may have been bound by another replica: ask the API server which.
+                    outcome = await self._binding_outcome(pod, node, assignment)
+                    if outcome != _Outcome.OURS:
+                        raise _BindFailure(
+                            "bind", status.message() or "no bind plugin bound the pod", outcome
+                        )
+                    log.info("%s: the Binding landed though its response was lost", _key(pod))
+                    self.metrics.api_write("pods/binding", "create")
         except ReservationConflict as exc:
             await self._bind_failed(
                 fw, state, info, node, None, "lease_conflict", str(exc), started
@@ -539,7 +733,7 @@ class Scheduler:
             return
         except _BindFailure as exc:
             await self._bind_failed(
-                fw, state, info, node, reserved, exc.stage, exc.message, started
+                fw, state, info, node, reserved, exc.stage, exc.message, started, exc.outcome
             )
             return
         except APIError as exc:
@@ -567,30 +761,71 @@ class Scheduler:
         reason: str,
         message: str,
         started: float,
+        outcome: _Outcome | None = None,
     ) -> None:
+        """Undo a binding cycle that did not bind the pod.
+
+        ``outcome`` is what the API server said of the pod after a failed Binding
+        (:meth:`_binding_outcome`); ``None`` when no Binding was sent, so the pod is unbound.
+        The reservation is released only when the pod is known not to be bound with it; when
+        that is unknown it stays until it expires unbound (``_prunable``). The pod goes back to
+        the queue, with a FailedScheduling Event, unless it is gone or bound elsewhere (another
+        replica won it: nothing to tell its owner).
+        """
         pod = info.pod
         log.info("binding %s to %s failed (%s): %s", _key(pod), node, reason, message)
         self.failed_binds += 1
         self.metrics.bind_failures.labels(reason=reason).inc()
         fw.run_unreserve(state, pod, node)
-        self.cache.forget_pod(pod)
+        self._forget_assumed(info.uid)
         self.cache.finish_binding(pod)
-        with contextlib.suppress(ValueError):  # the pod may have been deleted meanwhile
-            self.queue.requeue_after_error(info)
         self._attempt("error", fw, started)
-        if reason != "lease_conflict":
-            self.events.failed_scheduling(
-                pod, f"binding to {node} failed: {message}", reason="SchedulerError"
-            )
-        if reserved is not None:
+        if outcome in (_Outcome.GONE, _Outcome.ELSEWHERE):
+            self.queue.done(info.uid, info.cycle)
+        else:
+            with contextlib.suppress(ValueError):  # the pod may have been deleted meanwhile
+                self.queue.requeue_after_error(info)
+            if reason != "lease_conflict":
+                self.events.failed_scheduling(
+                    pod, f"binding to {node} failed: {message}", reason="SchedulerError"
+                )
+        if reserved is not None and outcome != _Outcome.UNKNOWN:
+            # Known not to hold the pod: if this release fails, the next write to the Lease
+            # (or the collector) drops it (``_prunable``).
+            self._dead[reserved.uid] = None
+            while len(self._dead) > 10_000:
+                self._dead.popitem(last=False)
             with contextlib.suppress(APIError):
                 await self.reservations.release(node, [reserved.uid])
+
+    async def _binding_outcome(
+        self, pod: dict[str, Any], node: str, assignment: Assignment
+    ) -> _Outcome:
+        """After a failed Binding: is the pod bound, and with this cycle's reservation?"""
+        meta = pod["metadata"]
+        path = resource_path("", "v1", "pods", meta.get("namespace") or "default", meta["name"])
+        try:
+            current = await self.kube.get(path)
+        except APINotFound:
+            return _Outcome.GONE
+        except APIError as exc:
+            log.warning("%s: cannot tell whether its Binding landed: %s", _key(pod), exc)
+            return _Outcome.UNKNOWN
+        if current["metadata"].get("uid") != meta.get("uid"):
+            return _Outcome.GONE  # deleted and re-created under the same name
+        bound_to = (current.get("spec") or {}).get("nodeName")
+        if not bound_to:
+            return _Outcome.UNBOUND
+        annotations = current["metadata"].get("annotations") or {}
+        if bound_to == node and annotations.get(RESERVATION_UID) == assignment.reservation_uid:
+            return _Outcome.OURS
+        return _Outcome.ELSEWHERE
 
     # ------------------------------------------------------------------ reservation GC
 
     def _prunable(self, r: Reservation) -> bool:
         """Whether a reservation no longer protects anything (see gpusched.reservations)."""
-        if r.pod_uid in self._gone:
+        if r.pod_uid in self._gone or r.uid in self._dead:
             return True
         pods = self.pods.items
         pod = pods.get(r.pod)
@@ -598,7 +833,10 @@ class Scheduler:
             if (pod.get("status") or {}).get("phase") in _TERMINAL:
                 return True
             if (pod.get("spec") or {}).get("nodeName"):
-                return False  # bound: keep it while the pod may run
+                # Bound: keep the reservation it is bound with while the pod may run; any
+                # other one for it (a replica that lost the race) protects nothing.
+                annotations = pod["metadata"].get("annotations") or {}
+                return bool(annotations.get(RESERVATION_UID) != r.uid)
         # Absent, replaced or still unbound: only once expired (with a grace for slow watches).
         return r.expires + self.reservation_grace < self.clock.now().timestamp()
 
@@ -623,8 +861,19 @@ class Scheduler:
                         await self.reservations.release(node, stale)
 
 
+class _Outcome(enum.Enum):
+    """What the API server says of a pod whose Binding failed."""
+
+    OURS = "bound with this cycle's decision (the Binding landed, its response was lost)"
+    ELSEWHERE = "bound by someone else, or with another reservation"
+    UNBOUND = "not bound"
+    GONE = "deleted"
+    UNKNOWN = "could not be read"
+
+
 class _BindFailure(Exception):
-    def __init__(self, stage: str, message: str) -> None:
+    def __init__(self, stage: str, message: str, outcome: _Outcome | None = None) -> None:
         super().__init__(message)
         self.stage = stage
         self.message = message
+        self.outcome = outcome

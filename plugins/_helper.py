@@ -10,14 +10,15 @@ Upstream counterparts:
   operator means ``Equal``. The alpha ``Gt``/``Lt`` toleration operators
   (TaintTolerationComparisonOperators, 1.35) are not supported: they tolerate nothing, as
   upstream with the feature gate off;
-- :func:`node_of`, :func:`pod_of`: what a queueing hint gets (upstream's ``util.As``).
+- :func:`node_of`, :func:`pod_of`: what a queueing hint gets (upstream's ``util.As``);
+- :func:`freeze`: JSON made hashable, for ``SignPlugin.sign_pod`` fragments.
 
 Pods, nodes, taints and tolerations are the JSON dicts the API server sends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from gpusched.framework import NodeScore
@@ -30,6 +31,7 @@ __all__ = [
     "TAINT_NODE_UNSCHEDULABLE",
     "default_normalize_score",
     "find_untolerated_taint",
+    "freeze",
     "node_of",
     "pod_of",
     "pod_spec",
@@ -121,3 +123,13 @@ def node_of(obj: object) -> Mapping[str, Any] | None:
 def pod_of(obj: object) -> Mapping[str, Any] | None:
     """A queueing hint's Pod object, or ``None``."""
     return obj if isinstance(obj, Mapping) else None
+
+
+def freeze(value: object) -> Hashable:
+    """A hashable copy of decoded JSON: objects become sorted tuples of items, arrays tuples.
+    Equal JSON gives equal results (key order aside). O(size)."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value if isinstance(value, Hashable) else repr(value)

@@ -29,20 +29,21 @@ rejected (a claim is one or the other). It writes :data:`GPU_CHOICES`, empty.
   :class:`GPUChoice` and the node passes. Filter never awaits; the cycle is serial, so writing
   into the per-cycle dict is safe.
 
-**Choosing the devices.** Among the free GPUs, the set with the highest
-:func:`gpusched.topology.set_score` on the node's NVLink/PCIe graph (the sum of its pair
-scores: 100 per NVLink plus 10..50 by PCIe proximity, go-gpuallocator's scale), then, among
-equally good sets, the one least connected to the free GPUs left behind (so the remaining ones
-stay well connected for the next multi-GPU pod), then the lowest indices. For ``N = 1`` that is
-the free GPU least connected to the other free GPUs. The search is exhaustive over
-``C(free, N)`` sets when that is at most ``maxCombinations`` (5000: every request on an 8-GPU
-node), else greedy: from each free GPU as a seed, add the GPU with the most score to the set so
-far, keep the best result. A node without a ``GPUNodeInventory`` has anonymous GPUs of unknown
-topology: the lowest free indices. Graphs are built once per node inventory (cached by node and
+**Choosing the devices** is :mod:`gpusched.topology.selection`'s job (pure, no Kubernetes):
+among the free GPUs, the set with the highest :func:`gpusched.topology.set_score` on the node's
+NVLink/PCIe graph (the sum of its pair scores: 100 per NVLink plus 10..50 by PCIe proximity,
+go-gpuallocator's scale), then, among equally good sets, the one least connected to the free
+GPUs left behind (so the remaining ones stay well connected for the next multi-GPU pod), then
+the lowest indices. For ``N = 1`` that is the free GPU least connected to the other free GPUs.
+The search is exhaustive over ``C(free, N)`` sets when that is at most ``maxCombinations``
+(5000: every request on an 8-GPU node), else greedy. A node without a ``GPUNodeInventory`` has
+anonymous GPUs of unknown topology: the lowest free indices. GPUFit turns a node's inventory
+into GPU indices and links, and keeps the per-node caches: a
+:class:`~gpusched.topology.GPUTopology` is built once per node inventory (cached by node and
 inventory object, which the cache replaces whenever the inventory changes; nodes with identical
-links share one graph), and the result of a search is memoised per graph, free set and ``N``,
-so a fleet of identical nodes in identical states searches once; and a node whose node info
-has not changed since the last cycle (the same generation) gets its last choice back at once.
+links share one), and memoises its searches per free set and ``N``, so a fleet of identical
+nodes in identical states searches once; and a node whose node info has not changed since the
+last cycle (the same generation) gets its last choice back at once.
 
 **Score** (after PreScore finds ``best``, the highest topology score among the feasible nodes'
 choices this cycle)::
@@ -61,6 +62,11 @@ on DGX-1s, the best pair on an empty node scores 62, an NV2 pair on a half-full 
 the last two GPUs of a node, joined only across the sockets, 52. Integer arithmetic, always in
 0..100.
 
+**SignPod** (:class:`~gpusched.framework.SignPlugin`): pods asking no whole GPUs sign alike;
+a pod asking ``N`` signs as ``N`` and its priority when its score depends on its node alone
+(``N = 1``, or ``topologyWeight`` 0); a pod asking ``N >= 2`` with topology weighed, or one
+PreFilter rejects, is not signed (:meth:`GPUFit.sign_pod` says why).
+
 The scheduler reads the decision with :func:`choice_for` and records it with
 :meth:`GPUChoice.to_assignment` (adding the reservation UID), which it assumes in the cache and
 puts on the Binding as annotations (:mod:`gpusched.plugins.default_binder`).
@@ -73,13 +79,10 @@ Args::
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Self
 
-import networkx as nx
 from pydantic import Field, model_validator
 
 from gpusched.annotations import (
@@ -107,11 +110,12 @@ from gpusched.framework import (
     PreScorePlugin,
     QueueingHint,
     ScorePlugin,
+    SignPlugin,
     StateKey,
     Status,
 )
 from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory
-from gpusched.topology import build_topology, pair_score
+from gpusched.topology import GPUTopology, build_topology
 
 from ._helper import pod_of, pod_spec
 
@@ -133,10 +137,7 @@ __all__ = [
     "GPUFit",
     "GPUFitArgs",
     "GPURequest",
-    "Topology",
-    "best_gpu_set",
     "choice_for",
-    "greedy_gpu_set",
 ]
 
 NAME: Final = "GPUFit"
@@ -158,8 +159,6 @@ REASON_MIXED_REQUEST: Final = "pod requests whole GPUs and MIG devices together"
 DEFAULT_MAX_COMBINATIONS: Final = 5000
 """Largest ``C(free GPUs, N)`` searched exhaustively; above it the search is greedy."""
 
-_MEMO_MAX: Final = 1 << 16
-"""Memoised searches per topology before the memo resets."""
 _NODES_MAX: Final = 100_000
 """Cached node -> topology entries before the cache resets (nodes that left stay until then)."""
 
@@ -232,98 +231,18 @@ def choice_for(state: CycleState, node_name: str) -> GPUChoice | None:
     return choices.get(node_name) if choices is not None else None
 
 
-# -- choosing a set (pure) ---------------------------------------------------------------------
-
-Scores = Sequence[Sequence[int]]
-"""A symmetric matrix of pair scores by GPU index (``scores[a][b]``; the diagonal is unused)."""
-
-
-def _set_score(scores: Scores, ids: Sequence[int]) -> int:
-    return sum(scores[a][b] for a, b in itertools.combinations(ids, 2))
-
-
-def best_gpu_set(scores: Scores, free: Sequence[int], n: int) -> tuple[tuple[int, ...], int]:
-    """The best ``n`` of the ``free`` GPUs by exhaustive search: ``(ids, set score)``.
-
-    Best: the highest set score; then the least connected to the free GPUs left out (the sum of
-    pair scores across); then the lowest indices. ``free`` ascending, ``1 <= n <= len(free)``.
-    O(C(free, n) x n²).
-    """
-    degree = {g: sum(scores[g][h] for h in free if h != g) for g in free}
-    best: tuple[int, ...] = ()
-    best_key: tuple[int, int] | None = None
-    for combo in itertools.combinations(free, n):
-        score = _set_score(scores, combo)
-        cut = sum(degree[g] for g in combo) - 2 * score
-        key = (score, -cut)
-        if best_key is None or key > best_key:
-            best, best_key = combo, key
-    return best, (best_key[0] if best_key is not None else 0)
-
-
-def greedy_gpu_set(scores: Scores, free: Sequence[int], n: int) -> tuple[tuple[int, ...], int]:
-    """A good ``n`` of the ``free`` GPUs, greedily: from each free GPU as a seed, repeatedly add
-    the free GPU with the most pair score to the set so far (ties: lowest index); the best set
-    over all seeds (ties: lowest indices). O(free² x n)."""
-    best: tuple[int, ...] = ()
-    best_score = -1
-    for seed in free:
-        chosen = [seed]
-        gain = {g: scores[seed][g] for g in free if g != seed}
-        total = 0
-        while len(chosen) < n:
-            pick = max(gain, key=lambda g: (gain[g], -g))
-            total += gain.pop(pick)
-            chosen.append(pick)
-            for g in gain:
-                gain[g] += scores[pick][g]
-        ids = tuple(sorted(chosen))
-        if total > best_score or (total == best_score and ids < best):
-            best, best_score = ids, total
-    return best, max(best_score, 0)
-
-
-class Topology:
-    """One interconnect layout: its graph, pair-score matrix and a memo of searches.
-
-    Shared by every node whose inventory reports the same links. Not thread-safe (the
-    scheduling cycle is serial).
-    """
-
-    __slots__ = ("graph", "max_combinations", "memo", "scores")
-
-    def __init__(self, graph: nx.Graph, max_combinations: int) -> None:
-        self.graph = graph
-        count = graph.number_of_nodes()
-        self.scores: tuple[tuple[int, ...], ...] = tuple(
-            tuple(0 if a == b else pair_score(graph, a, b) for b in range(count))
-            for a in range(count)
-        )
-        self.max_combinations = max_combinations
-        self.memo: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}
-
-    @classmethod
-    def of(cls, inventory: GPUNodeInventory, max_combinations: int) -> Topology:
-        return cls(build_topology(range(len(inventory.gpus)), inventory.links), max_combinations)
-
-    def choose(self, free: Sequence[int], mask: int, n: int) -> tuple[tuple[int, ...], int]:
-        """The set to give (module docstring); ``mask`` has bit ``i`` set for each free GPU."""
-        key = (mask, n)
-        found = self.memo.get(key)
-        if found is not None:
-            return found
-        if math.comb(len(free), n) <= self.max_combinations:
-            found = best_gpu_set(self.scores, free, n)
-        else:
-            found = greedy_gpu_set(self.scores, free, n)
-        if len(self.memo) >= _MEMO_MAX:
-            self.memo.clear()
-        self.memo[key] = found
-        return found
+# -- the node's layout ------------------------------------------------------------------------
 
 
 def _signature(inventory: GPUNodeInventory) -> tuple[Any, ...]:
+    """What of an inventory the layout depends on: GPU count and links. O(links)."""
     return (len(inventory.gpus), tuple((k.a, k.b, k.nvlinks, k.pcie) for k in inventory.links))
+
+
+def _layout(inventory: GPUNodeInventory, max_combinations: int) -> GPUTopology:
+    """The node's GPUs (indices ``0 .. len(gpus)-1``) and links as a :class:`GPUTopology`."""
+    graph = build_topology(range(len(inventory.gpus)), inventory.links)
+    return GPUTopology(graph, max_combinations)
 
 
 # -- args ----------------------------------------------------------------------------------------
@@ -350,7 +269,9 @@ class GPUFitArgs(PluginArgs):
 # -- the plugin ----------------------------------------------------------------------------------
 
 
-class GPUFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
+class GPUFit(
+    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions, SignPlugin
+):
     """Chooses the best whole GPUs on each node; prefers connected sets on fuller nodes."""
 
     NAME = NAME
@@ -361,8 +282,8 @@ class GPUFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, Enqueue
         self._max_combinations = args.max_combinations
         self._wt = args.topology_weight
         self._wp = args.bin_packing_weight
-        self._nodes: dict[str, tuple[GPUNodeInventory, Topology]] = {}
-        self._layouts: dict[tuple[Any, ...], Topology] = {}
+        self._nodes: dict[str, tuple[GPUNodeInventory, GPUTopology]] = {}
+        self._layouts: dict[tuple[Any, ...], GPUTopology] = {}
         self._last: dict[str, tuple[int, int, GPUChoice]] = {}
         """Node -> (node-info generation, N, the choice made): a node unchanged since the last
         cycle (same generation) gets the same choice without a look at its devices."""
@@ -399,6 +320,38 @@ class GPUFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, Enqueue
         if any(name.startswith(MIG_RESOURCE_PREFIX) for name in scalar):
             return None, _MIXED
         return GPURequest(count, priority), SUCCESS
+
+    # -- SignPod -----------------------------------------------------------------------------
+
+    def sign_pod(self, pod: Pod) -> Hashable | None:
+        """``(NAME, 0)`` for a pod asking no whole GPUs; ``(NAME, N, priority)`` for one asking
+        ``N`` when its score does not depend on the cycle's other nodes; else ``None``.
+
+        Why each case keeps :meth:`SignPlugin.sign_pod`'s contract:
+
+        - a pod that PreFilter rejects (malformed annotation or requests, whole GPUs with MIG
+          devices) is ``None``: it takes the full path and gets PreFilter's message;
+        - no whole GPUs: PreFilter Skips and writes nothing, so Filter and Score never run;
+        - ``N`` whole GPUs: PreFilter writes :class:`GPURequest` (``N`` and the priority,
+          hence both in the fragment); Filter reads only ``N`` and the node (its choice is a
+          function of the node's free GPUs and layout, and is reused for the same generation);
+        - Score reads PreScore's ``best``, the highest topology score among the cycle's
+          feasible nodes, when ``N >= 2`` and ``topologyWeight > 0``: that is relative to the
+          other nodes, so such a pod is ``None``. With ``N = 1`` topology does not apply, and
+          with ``topologyWeight = 0`` the formula reduces to ``100 * used // whole``
+          whatever ``best`` is, so those are signed.
+
+        No cache: the parse is the one PreFilter does (a few microseconds). Never raises.
+        """
+        try:
+            request, status = self._parse(pod)
+        except Exception:  # a pod too malformed to read: PreFilter will say why
+            return None
+        if request is None:
+            return (NAME, 0) if status.is_skip else None
+        if request.count >= 2 and self._wt > 0:
+            return None
+        return (NAME, request.count, request.priority)
 
     # -- Filter ----------------------------------------------------------------------------
 
@@ -454,7 +407,7 @@ class GPUFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, Enqueue
         if inventory is None:
             ids, score = tuple(free[:n]), 0
         else:
-            ids, score = self._topology(node_info.name, inventory).choose(free, mask, n)
+            ids, score = self._topology(node_info.name, inventory).choose(free, n, mask=mask)
         chosen = [devices[i] for i in ids]
         uuids = tuple(d.uuid or "" for d in chosen)
         return GPUChoice(
@@ -466,7 +419,7 @@ class GPUFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, Enqueue
             whole_gpus=whole,
         )
 
-    def _topology(self, node_name: str, inventory: GPUNodeInventory) -> Topology:
+    def _topology(self, node_name: str, inventory: GPUNodeInventory) -> GPUTopology:
         """The node's topology, built once per inventory object (shared by identical nodes)."""
         cached = self._nodes.get(node_name)
         if cached is not None and cached[0] is inventory:
@@ -474,7 +427,7 @@ class GPUFit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, Enqueue
         signature = _signature(inventory)
         topology = self._layouts.get(signature)
         if topology is None:
-            topology = Topology.of(inventory, self._max_combinations)
+            topology = _layout(inventory, self._max_combinations)
             self._layouts[signature] = topology
         if len(self._nodes) >= _NODES_MAX:
             self._nodes.clear()

@@ -41,7 +41,7 @@ Nodes the added required affinity excludes are rejected with
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 from pydantic import Field, model_validator
@@ -65,11 +65,12 @@ from gpusched.framework import (
     QueueingHint,
     ScoreExtensions,
     ScorePlugin,
+    SignPlugin,
     StateKey,
     Status,
 )
 
-from ._helper import default_normalize_score, node_of, pod_spec
+from ._helper import default_normalize_score, freeze, node_of, pod_spec
 
 if TYPE_CHECKING:
     from gpusched.cache import NodeInfo
@@ -437,7 +438,13 @@ _PRE_SCORE: Final = StateKey[PreferredTerms | None]("PreScoreNodeAffinity")
 
 
 class NodeAffinity(
-    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, ScoreExtensions, EnqueueExtensions
+    PreFilterPlugin,
+    FilterPlugin,
+    PreScorePlugin,
+    ScorePlugin,
+    ScoreExtensions,
+    SignPlugin,
+    EnqueueExtensions,
 ):
     """Filters on ``nodeSelector`` and required node affinity; scores preferred affinity."""
 
@@ -533,6 +540,23 @@ class NodeAffinity(
             "preferredDuringSchedulingIgnoredDuringExecution"
         )
         return PreferredTerms.compile(preferred) if preferred is not None else None
+
+    # -- SignPlugin ------------------------------------------------------------------------
+
+    def sign_pod(self, pod: Pod) -> Hashable | None:
+        """``nodeSelector`` and required node affinity; ``None`` for a pod with preferred
+        terms (or with preferred ``addedAffinity``: its scores differ from node to node) and
+        for one whose required terms pin node names (PreFilter restricts the nodes)."""
+        if self._added_preferred is not None:
+            return None
+        spec = pod_spec(pod)
+        affinity = _node_affinity(spec)
+        if affinity.get("preferredDuringSchedulingIgnoredDuringExecution"):
+            return None
+        required = _required_of(spec)
+        if required is not None and _pinned_node_names(required) is not None:
+            return None
+        return (freeze(spec.get("nodeSelector")), freeze(required))
 
     # -- events ----------------------------------------------------------------------------
 

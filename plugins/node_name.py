@@ -9,6 +9,7 @@ Filter is O(1) and allocates nothing.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Final
 
 from gpusched.framework import (
@@ -21,6 +22,7 @@ from gpusched.framework import (
     FilterPlugin,
     Pod,
     QueueingHint,
+    SignPlugin,
     Status,
 )
 
@@ -45,13 +47,17 @@ def fits(pod: Pod, node_name: str) -> bool:
     return not wanted or wanted == node_name
 
 
-class NodeName(FilterPlugin, EnqueueExtensions):
+class NodeName(FilterPlugin, SignPlugin, EnqueueExtensions):
     """Rejects every node but the one ``spec.nodeName`` names."""
 
     NAME = NAME
 
     def filter(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
         return SUCCESS if fits(pod, node_info.name) else _REJECTED
+
+    def sign_pod(self, pod: Pod) -> Hashable:
+        """``spec.nodeName`` (usually empty): all Filter reads."""
+        return str(pod_spec(pod).get("nodeName") or "")
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """The named node appearing (or changing)."""

@@ -40,7 +40,7 @@ Args (upstream's ``NodeResourcesFitArgs``, without ``RequestedToCapacityRatio``)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 from pydantic import Field, field_validator
@@ -64,6 +64,7 @@ from gpusched.framework import (
     PreScorePlugin,
     QueueingHint,
     ScorePlugin,
+    SignPlugin,
     StateKey,
     Status,
 )
@@ -225,7 +226,7 @@ _PRE_SCORE: Final = StateKey[tuple[int, ...]]("PreScoreNodeResourcesFit")
 
 
 class NodeResourcesFit(
-    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions
+    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, SignPlugin, EnqueueExtensions
 ):
     """Filters nodes without room for the pod's requests; scores by allocation."""
 
@@ -403,6 +404,24 @@ class NodeResourcesFit(
             memory += entry[2]
         self._node_nonzero[node_info.name] = (node_info.generation, cpu, memory)
         return cpu, memory
+
+    # -- SignPlugin ------------------------------------------------------------------------
+
+    def sign_pod(self, pod: Pod) -> Hashable | None:
+        """The requests Filter checks and the ones Score weighs; ``None`` if they do not
+        parse (the full cycle reports why)."""
+        try:
+            request = self._request(pod)
+            wanted = self._score_request(pod)
+        except ValueError:
+            return None
+        return (
+            request.milli_cpu,
+            request.memory,
+            request.ephemeral_storage,
+            tuple((name, amount) for name, amount, _ in request.scalars),
+            wanted,
+        )
 
     # -- events ----------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ Filter is O(1) on schedulable nodes and O(tolerations) on cordoned ones; it allo
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Final
 
 from gpusched.framework import (
@@ -22,6 +23,7 @@ from gpusched.framework import (
     FilterPlugin,
     Pod,
     QueueingHint,
+    SignPlugin,
     Status,
 )
 
@@ -52,7 +54,7 @@ def _is_schedulable(node: object) -> bool:
     return obj is not None and not (obj.get("spec") or {}).get("unschedulable")
 
 
-class NodeUnschedulable(FilterPlugin, EnqueueExtensions):
+class NodeUnschedulable(FilterPlugin, SignPlugin, EnqueueExtensions):
     """Rejects cordoned nodes unless the pod tolerates ``node.kubernetes.io/unschedulable``."""
 
     NAME = NAME
@@ -63,6 +65,10 @@ class NodeUnschedulable(FilterPlugin, EnqueueExtensions):
         if tolerations_tolerate_taint(pod_tolerations(pod), _UNSCHEDULABLE_TAINT):
             return SUCCESS
         return _REJECTED
+
+    def sign_pod(self, pod: Pod) -> Hashable:
+        """Whether the pod tolerates the unschedulable taint: all Filter reads."""
+        return tolerations_tolerate_taint(pod_tolerations(pod), _UNSCHEDULABLE_TAINT)
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """A node added schedulable, or uncordoned."""

@@ -19,7 +19,7 @@ distinct taint and reused, so a rejected node allocates nothing after the first.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from gpusched.framework import (
@@ -37,6 +37,7 @@ from gpusched.framework import (
     QueueingHint,
     ScoreExtensions,
     ScorePlugin,
+    SignPlugin,
     StateKey,
     Status,
 )
@@ -45,6 +46,7 @@ from ._helper import (
     PREFER_NO_SCHEDULE,
     default_normalize_score,
     find_untolerated_taint,
+    freeze,
     node_of,
     pod_tolerations,
     tolerations_tolerate_taint,
@@ -80,7 +82,7 @@ def _taints_of(node: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
 
 
 class TaintToleration(
-    FilterPlugin, PreScorePlugin, ScorePlugin, ScoreExtensions, EnqueueExtensions
+    FilterPlugin, PreScorePlugin, ScorePlugin, ScoreExtensions, SignPlugin, EnqueueExtensions
 ):
     """Filters on NoSchedule/NoExecute taints; scores untolerated PreferNoSchedule ones."""
 
@@ -137,6 +139,12 @@ class TaintToleration(
     def normalize_score(self, state: CycleState, pod: Pod, scores: list[NodeScore]) -> Status:
         default_normalize_score(MAX_NODE_SCORE, True, scores)
         return SUCCESS
+
+    def sign_pod(self, pod: Pod) -> Hashable:
+        """The pod's tolerations: all Filter and Score read. Score is normalised, which
+        ``SignPlugin`` allows: equal raw scores (no node with an untolerated PreferNoSchedule
+        taint, the usual case) normalise to equal scores."""
+        return freeze(pod_tolerations(pod))
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """A node added, or whose taints change, that the pod now tolerates."""

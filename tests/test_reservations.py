@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -33,8 +33,10 @@ async def kube() -> AsyncIterator[Kube]:
         yield sim.kube
 
 
-def writer(kube: Kube, identity: str) -> ReservationWriter:
-    return ReservationWriter(kube, NS, identity)
+def writer(
+    kube: Kube, identity: str, on_write: Callable[[str, str], None] | None = None
+) -> ReservationWriter:
+    return ReservationWriter(kube, NS, identity, on_write=on_write)
 
 
 async def test_reservations_accumulate_one_write_each(kube: Kube) -> None:
@@ -46,7 +48,7 @@ async def test_reservations_accumulate_one_write_each(kube: Kube) -> None:
     lease = await w.reserve("node-1", second, known=lease)
     assert set(lease.reservations) == {"r1", "r2"}
     assert lease.held_gpus() == {0, 1, 2}
-    assert w.writes == 2
+    assert w.writes == {"create": 1, "update": 1}
     assert w.conflicts == 0
     stored = await kube.get(
         f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{lease_name('node-1')}"
@@ -71,6 +73,35 @@ async def test_a_stale_writer_loses_the_gpu_it_raced_for(kube: Kube) -> None:
     assert b.conflicts == 2
 
 
+async def test_every_write_is_reported_as_create_or_update_and_conflicts_are_not(
+    kube: Kube,
+) -> None:
+    """What the scheduler counts in gpusched_api_writes_total{resource="leases",verb}."""
+    a_writes: list[tuple[str, str]] = []
+    b_writes: list[tuple[str, str]] = []
+    a = writer(kube, "a", lambda resource, verb: a_writes.append((resource, verb)))
+    b = writer(kube, "b", lambda resource, verb: b_writes.append((resource, verb)))
+    stale = await b.read("node-1")  # no Lease yet: b would create it
+    await a.reserve("node-1", a.new_reservation("ra", "default/pa", "ua", [0], [1]))
+    assert a_writes == [("leases", "create")]
+    # b's create is answered 409 (a created the Lease first): not a write; b re-reads and updates.
+    await b.reserve("node-1", b.new_reservation("rb", "default/pb", "ub", [1], [1]), known=stale)
+    assert b.conflicts == 1
+    assert b_writes == [("leases", "update")]
+    assert b.writes == {"update": 1}
+    # Devices found taken: ReservationConflict, and nothing written.
+    with pytest.raises(ReservationConflict):
+        await b.reserve(
+            "node-1", b.new_reservation("rc", "default/pc", "uc", [0], [1]), known=stale
+        )
+    assert b_writes == [("leases", "update")]
+    # release is an update; releasing what is not there writes nothing.
+    await a.release("node-1", ["ra"])
+    await a.release("node-1", ["ra"])
+    assert a_writes == [("leases", "create"), ("leases", "update")]
+    assert a.writes == {"create": 1, "update": 1}
+
+
 async def test_prunable_entries_go_in_the_same_write(kube: Kube) -> None:
     w = writer(kube, "a")
     await w.reserve("node-1", w.new_reservation("old", "default/done", "u0", [0], [1]))
@@ -84,21 +115,27 @@ async def test_prunable_entries_go_in_the_same_write(kube: Kube) -> None:
     assert (await w.read("node-1")).reservations == {}
 
 
-async def test_a_newer_reservation_of_the_same_pod_supersedes_the_old_one(kube: Kube) -> None:
+async def test_an_older_reservation_of_the_same_pod_is_kept_until_prunable(kube: Kube) -> None:
+    # The pod may be bound with the older one (its Binding landed, the response was lost), or
+    # another replica may have bound it with its own: neither is dropped for being the same
+    # pod's; the scheduler's ``prunable`` decides (it knows which one the pod is bound with).
     w = writer(kube, "a")
     await w.reserve("node-1", w.new_reservation("first", "default/p", "pod-uid", [0], [1]))
-    lease = await w.reserve("node-1", w.new_reservation("second", "default/p", "pod-uid", [0], [1]))
-    assert set(lease.reservations) == {"second"}
-    # Another replica's reservation for the same pod is never dropped: it may have bound it.
+    with pytest.raises(ReservationConflict):
+        await w.reserve("node-1", w.new_reservation("second", "default/p", "pod-uid", [0], [1]))
+    lease = await w.reserve("node-1", w.new_reservation("second", "default/p", "pod-uid", [1], [1]))
+    assert set(lease.reservations) == {"first", "second"}
     other = writer(kube, "b")
     with pytest.raises(ReservationConflict):
         await other.reserve(
             "node-1", other.new_reservation("third", "default/p", "pod-uid", [0], [1])
         )
     lease = await other.reserve(
-        "node-1", other.new_reservation("fourth", "default/p", "pod-uid", [1], [1])
+        "node-1",
+        other.new_reservation("fourth", "default/p", "pod-uid", [2], [1]),
+        prunable=lambda r: r.uid in ("first", "second"),
     )
-    assert set(lease.reservations) == {"second", "fourth"}
+    assert set(lease.reservations) == {"fourth"}
 
 
 async def test_a_malformed_lease_is_reported_with_the_fix(kube: Kube) -> None:

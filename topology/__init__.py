@@ -1,7 +1,15 @@
 """GPU interconnect topology: pure graph code over networkx, no Kubernetes imports.
 
-Installed as ``gpusched.topology``. :mod:`.graph` holds the per-node NVLink/PCIe graph and
-the pair and set scores; GPU-set selection builds on it.
+Installed as ``gpusched.topology``. Two modules, re-exported here:
+
+- :mod:`.graph`: the per-node NVLink/PCIe graph (:func:`build_topology`) and the pair and set
+  scores;
+- :mod:`.selection`: GPU-set selection on that graph, the best ``n`` of a node's free GPUs
+  (:func:`best_gpu_set`, :func:`greedy_gpu_set`, and :class:`GPUTopology`, which holds one
+  layout's score matrix and memoises its searches).
+
+Neither imports anything from Kubernetes or the rest of gpusched (a test checks it); the
+scheduler's GPUFit plugin turns a node's ``GPUNodeInventory`` into GPU indices and links.
 """
 
 from .graph import (
@@ -18,18 +26,32 @@ from .graph import (
     set_score,
     weakest_link,
 )
+from .selection import (
+    GPUTopology,
+    Scores,
+    best_gpu_set,
+    greedy_gpu_set,
+    matrix_set_score,
+    score_matrix,
+)
 
 __all__ = [
     "NVLINK_SCORE",
     "PCIE_LEVELS",
     "PCIE_SCORE",
+    "GPUTopology",
     "Link",
     "LinkLike",
     "PCIeLevel",
+    "Scores",
+    "best_gpu_set",
     "build_topology",
+    "greedy_gpu_set",
     "link_score",
+    "matrix_set_score",
     "nvlink_domains",
     "pair_score",
+    "score_matrix",
     "set_score",
     "weakest_link",
 ]

@@ -37,7 +37,7 @@ is bandwidth-ish: NVLink 2, 3 and 4 all move about 25 GB/s per link and directio
 This module is pure Python over networkx; it imports nothing from Kubernetes or gpusched.
 Links are taken structurally (:class:`LinkLike`), so the inventory's link records and the
 small :class:`Link` dataclass here are both accepted without conversion. GPU-set selection
-builds on this in a later module.
+builds on this in :mod:`.selection`.
 """
 
 from __future__ import annotations

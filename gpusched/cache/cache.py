@@ -403,6 +403,10 @@ class SchedulerCache:
             replaced.append(clone)
         if self._nodes:
             snapshot.generation = next(reversed(self._nodes.values())).generation
+        recent = snapshot._recent
+        for clone in reversed(replaced):  # oldest first, so generations increase along it
+            recent[clone.name] = None
+            recent.move_to_end(clone.name)
         live = self._live
         if snapshot._membership != self._membership:
             # Nodes joined or left (upstream counts them; a version also sees a node that left
@@ -411,6 +415,7 @@ class SchedulerCache:
             if len(entries) > len(live):
                 for name in [name for name in entries if name not in live]:
                     del entries[name]
+                    recent.pop(name, None)
             snapshot._list = [entries[name] for name in live]
             snapshot._pos = {name: i for i, name in enumerate(live)}
         else:
@@ -490,6 +495,9 @@ class SchedulerCache:
         assert snapshot._membership == self._membership, "snapshot node list is stale"
         assert [i.name for i in snapshot._list] == list(self._live), "snapshot node order"
         assert snapshot._map.keys() == self._live.keys(), "snapshot nodes"
+        assert snapshot._recent.keys() == snapshot._map.keys(), "snapshot recency order"
+        generations = [snapshot._map[name].generation for name in snapshot._recent]
+        assert generations == sorted(generations), "snapshot recency order"
         for position, clone in enumerate(snapshot._list):
             info = self._nodes[clone.name]
             assert snapshot._map[clone.name] is clone, clone.name

@@ -15,6 +15,7 @@ read-only: the cache replaces entries on the next update, it never merges into t
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 
 from gpusched.cache.nodeinfo import NodeInfo
@@ -27,15 +28,35 @@ class Snapshot:
     passing the same object to ``SchedulerCache.update_snapshot``; a snapshot follows one
     cache only."""
 
-    __slots__ = ("_list", "_map", "_membership", "_pos", "generation")
+    __slots__ = ("_list", "_map", "_membership", "_pos", "_recent", "generation")
 
     def __init__(self) -> None:
         self._map: dict[str, NodeInfo] = {}
         self._list: list[NodeInfo] = []
         self._pos: dict[str, int] = {}
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        """Node names, least recently changed first (their generations increase along it)."""
         self._membership = -1
         self.generation = 0
         """The newest node-info generation this snapshot has seen (0: none)."""
+
+    @property
+    def membership(self) -> int:
+        """A version that changes whenever nodes join or leave (not when they change)."""
+        return self._membership
+
+    def changed_since(self, generation: int) -> list[NodeInfo]:
+        """The node infos newer than ``generation``, newest first. O(changed): the walk stops
+        at the first node no newer than ``generation``. Nodes that joined or left are not
+        reported: compare :attr:`membership` for those."""
+        changed: list[NodeInfo] = []
+        entries = self._map
+        for name in reversed(self._recent):
+            info = entries[name]
+            if info.generation <= generation:
+                break
+            changed.append(info)
+        return changed
 
     def node_infos(self) -> list[NodeInfo]:
         """Every node with a Node object, in the cache's node order. O(1): the list itself,

@@ -417,6 +417,12 @@ class SchedulerConfiguration(_Model):
     0 means adaptive, as upstream: 50% for 100 nodes, falling with cluster size to a floor of 5%.
     Default 0."""
 
+    opportunistic_batching: bool = True
+    """Keep one ranking of all nodes per kind of pod (equal signatures, ``SignPlugin``) and
+    re-evaluate only the nodes that changed since, instead of filtering a sample of the nodes
+    for every pod (gpusched.equivalence). Exact: the pod gets the best node of all nodes.
+    ``false`` gives kube-scheduler's sampled cycle for every pod. Default true."""
+
     parallelism: int = Field(default=16, ge=1)
     """Upper bound on concurrent binding cycles (PreBind, Bind: Lease writes and Binding POSTs).
     kube-scheduler uses it for filter/score worker pools; gpusched's scheduling cycle is serial,

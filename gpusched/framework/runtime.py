@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -91,6 +91,7 @@ from .interfaces import (
     ReservePlugin,
     ScoreExtensions,
     ScorePlugin,
+    SignPlugin,
 )
 from .registry import PluginRegistry
 from .status import SUCCESS, Code, Status
@@ -378,6 +379,20 @@ class Framework:
         self._pre_bind = tuple((p.NAME, p.pre_bind) for p in of("preBind", PreBindPlugin))
         self._bind = tuple((p.NAME, p.bind) for p in of("bind", BindPlugin))
         self._post_bind = tuple((p.NAME, p.post_bind) for p in of("postBind", PostBindPlugin))
+
+        # Signing (SignPlugin): possible only if every plugin that decides where a pod fits
+        # signs; the normalised Score plugins are the ones whose raw scores the batched path
+        # must find equal on every feasible node.
+        deciders = {
+            p.NAME: p
+            for key in ("preFilter", "filter", "preScore", "score")
+            for p in (self._plugins[name] for name in at[key])
+        }
+        self._signers: tuple[Callable[[Pod], Hashable | None], ...] | None = (
+            tuple(p.sign_pod for p in deciders.values() if isinstance(p, SignPlugin))
+            if all(isinstance(p, SignPlugin) for p in deciders.values())
+            else None
+        )
 
     # -- construction helpers ------------------------------------------------------------
 
@@ -843,6 +858,60 @@ class Framework:
             return [], _raised("Score", name, exc)
         return [NodeScore(n.name, t) for n, t in zip(nodes, totals, strict=True)], SUCCESS
 
+    def sign_pod(self, pod: Pod) -> Hashable | None:
+        """The pod's signature (``SignPlugin``): the profile's name and every deciding plugin's
+        fragment, or ``None`` when a plugin does not sign or declines this pod. Pods with equal
+        signatures get equal Filter statuses and Scores on equal node infos."""
+        signers = self._signers
+        if signers is None:
+            return None
+        fragments: list[Hashable] = []
+        for sign in signers:
+            try:
+                fragment = sign(pod)
+            except Exception:  # a signer bug costs batching, never the pod
+                log.exception("sign_pod failed for pod %s", _pod_name(pod))
+                return None
+            if fragment is None:
+                return None
+            fragments.append(fragment)
+        return (self._profile.scheduler_name, tuple(fragments))
+
+    def score_node(
+        self, state: CycleState, pod: Pod, node_info: NodeInfo
+    ) -> tuple[int, tuple[int, ...], Status]:
+        """One node's score outside a whole-cycle ``run_score``, for the batched path.
+
+        Returns ``(total, raw, status)``: ``total`` is ``score x weight`` summed over the
+        Score plugins without ``ScoreExtensions``, ``raw`` the scores of those with them (in
+        plugin order, un-normalised; a skipped plugin gives 0). Only meaningful for a signed
+        pod, whose PreScore ran: normalised scores are equal on every node exactly when the
+        raw ones are (``SignPlugin``'s contract), so ``total`` ranks the nodes. O(score
+        plugins).
+        """
+        skip = state.skip_score_plugins
+        total = 0
+        raw: list[int] = []
+        name = ""
+        try:
+            for name, score, normalize, weight in self._score:
+                if skip and name in skip:
+                    if normalize is not None:
+                        raw.append(0)
+                    continue
+                value, status = score(state, pod, node_info)
+                if status.code:
+                    return 0, (), _failed("Score", name, status)
+                if normalize is not None:
+                    raw.append(value)
+                    continue
+                if value < MIN_NODE_SCORE or value > MAX_NODE_SCORE:
+                    return 0, (), _out_of_range(name, node_info.name, value, False)
+                total += value * weight
+        except Exception as exc:
+            return 0, (), _raised("Score", name, exc)
+        return total, tuple(raw), SUCCESS
+
     def run_reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """Reserve in order; the first failure stops (rejections keep their code, others become
         Error). On failure the caller must call ``run_unreserve``."""
@@ -1048,12 +1117,16 @@ def build_frameworks(
     *,
     clock: Clock | None = None,
     observer: Observer | None = None,
+    observer_for: Callable[[str], Observer] | None = None,
     source: str = "<config>",
     kube: Kube | None = None,
 ) -> dict[str, Framework]:
     """One ``Framework`` per profile, by scheduler name (upstream's ``profile.NewMap``).
 
-    All profiles must use the same QueueSort plugin (one queue serves them all).
+    All profiles must use the same QueueSort plugin (one queue serves them all). ``observer``
+    is shared by every profile; ``observer_for`` (it wins) gives each profile its own, called
+    with the profile's scheduler name, since extension-point durations carry a ``profile``
+    label (``Metrics.observer``).
     """
     frameworks: dict[str, Framework] = {}
     first_sort: tuple[str, str] | None = None
@@ -1062,7 +1135,7 @@ def build_frameworks(
             profile,
             registry,
             clock=clock,
-            observer=observer,
+            observer=observer_for(profile.scheduler_name) if observer_for else observer,
             source=source,
             path=f"profiles[{i}]",
             kube=kube,

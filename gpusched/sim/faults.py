@@ -10,7 +10,9 @@ state: tests change it while the server runs (``sim.faults.set(...)``), the CLI 
 
 - ``VERB[/RESOURCE]=FRACTION:CODE`` -- verbs are the API verbs (get, list, watch, create,
   update, patch, delete, deletecollection) or ``*``; RESOURCE is a plural such as ``pods`` or
-  ``pods/binding``, ``leases``; CODE is 500, 429 or 409.
+  ``pods/binding``, ``leases``; CODE is 500, 429 or 409, or ``lost``: the request is applied
+  and the client is answered 504 (the apiserver's answer when a write outlives its request
+  timeout; to the client, as good as a lost response).
 - ``latency=DURATION`` -- added before each request is handled (``ms`` or ``s`` suffix).
 - ``watch-events=N`` / ``watch-seconds=S`` -- a watch stream is closed (as a load balancer or
   an apiserver restart would) after N events or S seconds; clients must resume from their
@@ -28,12 +30,14 @@ from dataclasses import dataclass, field
 
 from gpusched.sim import errors
 
-__all__ = ["FaultRule", "Faults", "parse_faults"]
+__all__ = ["LOST", "FaultRule", "Faults", "parse_faults"]
 
 _VERBS = frozenset(
     {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "*"}
 )
-_CODES = frozenset({409, 429, 500})
+LOST = 0
+"""The ``code`` of a rule whose requests are applied and then answered 504 (``:lost``)."""
+_CODES = frozenset({409, 429, 500, LOST})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,7 @@ class FaultRule:
     resource: str  # "" for any
     fraction: float
     code: int
+    """500, 429, 409, or :data:`LOST` (applied, then answered 504)."""
 
     def applies(self, verb: str, resource: str) -> bool:
         return (self.verb in ("*", verb)) and (not self.resource or self.resource == resource)
@@ -82,12 +87,19 @@ class Faults:
         self.watch_events = 0
         self.watch_seconds = 0.0
 
-    def check(self, verb: str, resource: str, name: str, group: str) -> None:
-        """Raise the injected error for this request, if the dice say so."""
+    def check(self, verb: str, resource: str, name: str, group: str) -> errors.APIError | None:
+        """Raise the injected error for this request, if the dice say so; or return the error
+        to answer with once the request is applied (a ``lost`` rule)."""
         for rule in self.rules:
             if rule.applies(verb, resource) and self._rng.random() < rule.fraction:
                 self.injected[(verb, rule.code)] += 1
+                if rule.code == LOST:
+                    return errors.timeout(
+                        "Timeout: request did not complete within the allotted timeout "
+                        "(injected by gpusched.sim: the request was applied)"
+                    )
                 raise _error(rule.code, verb, resource, name, group)
+        return None
 
     def total(self) -> int:
         return sum(self.injected.values())
@@ -135,7 +147,7 @@ def parse_faults(spec: str) -> Faults:
                     raise ValueError(f"unknown verb {verb!r} (one of {', '.join(sorted(_VERBS))})")
                 frac_text, _, code_text = value.partition(":")
                 fraction = float(frac_text)
-                code = int(code_text or "500")
+                code = LOST if code_text == "lost" else int(code_text or "500")
                 if not 0 <= fraction <= 1:
                     raise ValueError("the fraction must be between 0 and 1")
                 if code not in _CODES:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import statistics
 import sys
 from collections import Counter
@@ -100,7 +101,15 @@ async def run_workload(
     timeout: float = 600.0,
     out: TextIO = sys.stdout,
     progress: bool = True,
+    freeze_gc: bool = False,
 ) -> RunReport:
+    """Run ``workload`` on a fresh simulated ``spec`` cluster; print progress and a summary.
+
+    ``freeze_gc``: ``gc.collect(); gc.freeze()`` once the scheduler's informers have synced, as
+    ``gpusched scheduler`` does (why: ``gpusched.cli._freeze_gc_when_ready``). For the
+    ``gpusched sim run`` command only: it affects the whole process, and what is frozen (the
+    simulated API server's objects too, here) stays out of every later collection.
+    """
     clock = RealClock()
     report = RunReport()
     async with SimCluster(spec, clock=clock) as sim:
@@ -117,6 +126,9 @@ async def run_workload(
         replayer: asyncio.Task[Any] | None = None
         try:
             await asyncio.wait_for(scheduler.ready.wait(), timeout=60)
+            if freeze_gc:
+                gc.collect()
+                gc.freeze()
             start = clock.monotonic()
             replayer = asyncio.create_task(replay(sim.kube, workload, clock), name="replay")
             report.gpus_by_pool = _gpus_by_pool(spec)

@@ -56,6 +56,10 @@ _NOT_FOUND_PATH = {
 _HEALTH = frozenset({"/healthz", "/livez", "/readyz"})
 
 
+_LOST_RESPONSE = "gpusched.sim/lost-response"
+"""Request key: the error to answer with once the request has been applied (``:lost`` faults)."""
+
+
 @dataclass
 class _Route:
     group: str
@@ -228,7 +232,11 @@ class APIServer:
                 if listing is None:
                     return _json_response(_NOT_FOUND_PATH, 404)
                 return _json_response(listing)
-            return await self._resource_request(request, route)
+            response = await self._resource_request(request, route)
+            lost = request.get(_LOST_RESPONSE)
+            if lost is not None and response.status < 400:
+                raise lost  # applied, but the client is told it failed
+            return response
         except errors.APIError as exc:
             return _error_response(exc)
         except Exception as exc:  # a bug in the simulation: answer as the real server would
@@ -324,7 +332,9 @@ class APIServer:
         if verb is None:
             raise errors.method_not_allowed()
         fault_resource = res.plural + (f"/{route.subresource}" if route.subresource else "")
-        self.faults.check(verb, fault_resource, route.name, res.group)
+        lost = self.faults.check(verb, fault_resource, route.name, res.group)
+        if lost is not None:
+            request[_LOST_RESPONSE] = lost
         if route.subresource == "binding":
             if method != "POST":
                 raise errors.method_not_allowed()

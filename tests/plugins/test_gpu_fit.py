@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from itertools import combinations
 from typing import Any
 
 import pytest
 from builders import Cluster, NodeBuilder, PodBuilder, make_node, make_pod, run_cycle
 
-from gpusched.annotations import Assignment
-from gpusched.cache import NodeInfo
+from gpusched.annotations import GPU_IDS, PRIORITY, Assignment
+from gpusched.cache import NodeInfo, pod_requests
 from gpusched.framework import (
     SKIP,
     SUCCESS,
@@ -17,11 +18,13 @@ from gpusched.framework import (
     CycleState,
     Framework,
     QueueingHint,
+    SignPlugin,
     Status,
     build_frameworks,
     default_config,
     in_tree,
 )
+from gpusched.inventory import RESOURCE_GPU
 from gpusched.plugins import gpu_fit
 from gpusched.plugins.gpu_fit import (
     GPU_CHOICES,
@@ -35,11 +38,9 @@ from gpusched.plugins.gpu_fit import (
     GPUChoice,
     GPUFit,
     GPUFitArgs,
-    best_gpu_set,
     choice_for,
-    greedy_gpu_set,
 )
-from gpusched.topology import build_topology, set_score
+from gpusched.topology import build_topology, selection, set_score
 
 DGX = "dgx-v100-000"  # the node of Cluster.fleet("dgx-v100", nodes=1)
 
@@ -177,33 +178,12 @@ def test_anonymous_gpus_have_no_uuids() -> None:
     assert choice.to_assignment("r1") == Assignment((1, 2), (), (0, 0), "r1")
 
 
-# -- the search ---------------------------------------------------------------------------------
-
-
-def dgx1_scores() -> list[list[int]]:
-    info = Cluster.fleet("dgx-v100", nodes=1).node(DGX)
-    inventory = info.inventory
-    assert inventory is not None
-    graph = build_topology(range(8), inventory.links)
-    return [[0 if a == b else set_score(graph, [a, b]) for b in range(8)] for a in range(8)]
-
-
-@pytest.mark.parametrize("n", range(1, 9))
-def test_greedy_finds_the_optimum_on_a_dgx1(n: int) -> None:
-    scores = dgx1_scores()
-    free = list(range(8))
-    best, best_score = best_gpu_set(scores, free, n)
-    greedy, greedy_score = greedy_gpu_set(scores, free, n)
-    assert len(best) == len(greedy) == n
-    assert greedy_score == best_score
-    assert best_score == max(
-        sum(scores[a][b] for a, b in combinations(c, 2)) for c in combinations(free, n)
-    )
+# -- the search, through the plugin (the search itself: tests/topology/test_selection.py) -----
 
 
 def test_the_search_turns_greedy_past_max_combinations(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    real_best, real_greedy = gpu_fit.best_gpu_set, gpu_fit.greedy_gpu_set
+    real_best, real_greedy = selection.best_gpu_set, selection.greedy_gpu_set
 
     def best(*args: Any) -> Any:
         calls.append("exhaustive")
@@ -213,8 +193,8 @@ def test_the_search_turns_greedy_past_max_combinations(monkeypatch: pytest.Monke
         calls.append("greedy")
         return real_greedy(*args)
 
-    monkeypatch.setattr(gpu_fit, "best_gpu_set", best)
-    monkeypatch.setattr(gpu_fit, "greedy_gpu_set", greedy)
+    monkeypatch.setattr(selection, "best_gpu_set", best)
+    monkeypatch.setattr(selection, "greedy_gpu_set", greedy)
     info = Cluster.fleet("dgx-v100", nodes=1).node(DGX)
     plugin = GPUFit(GPUFitArgs(max_combinations=69))  # C(8, 4) = 70
     _, choice = choose(info, make_pod().gpus(4), plugin)
@@ -442,6 +422,161 @@ def test_weights_are_args() -> None:
     assert packing_only.score(state, pod, info) == (100, SUCCESS)
     with pytest.raises(ValueError, match="cannot both be 0"):
         GPUFitArgs(topology_weight=0, bin_packing_weight=0)
+
+
+# -- SignPod ----------------------------------------------------------------------------------
+
+DEFAULT = GPUFitArgs()
+PACKING_ONLY = GPUFitArgs(topology_weight=0)
+MIG_ONLY = make_pod().mig("1g.10gb")
+
+SIGNATURES: list[tuple[str, PodBuilder, GPUFitArgs, Hashable | None]] = [
+    # PreFilter Skips: Filter and Score never run, so these pods are all alike.
+    ("no requests", make_pod(), DEFAULT, (NAME, 0)),
+    ("cpu and memory", make_pod().cpu("2").memory("1Gi"), DEFAULT, (NAME, 0)),
+    ("no GPUs, a priority", make_pod().cpu("1").priority(3), DEFAULT, (NAME, 0)),
+    ("zero GPUs", make_pod().gpus(0), DEFAULT, (NAME, 0)),
+    ("MIG devices only", MIG_ONLY, DEFAULT, (NAME, 0)),
+    # One GPU: the score is bin packing only, a function of the node.
+    ("one GPU", make_pod().gpus(1), DEFAULT, (NAME, 1, 0)),
+    ("one GPU and cpu", make_pod().gpus(1).cpu("4").memory("8Gi"), DEFAULT, (NAME, 1, 0)),
+    ("GPU in a 2nd container", make_pod().container({RESOURCE_GPU: "1"}), DEFAULT, (NAME, 1, 0)),
+    ("one GPU, priority 3", make_pod().gpus(1).priority(3), DEFAULT, (NAME, 1, 3)),
+    ("one GPU, packing only", make_pod().gpus(1), PACKING_ONLY, (NAME, 1, 0)),
+    # N >= 2: the topology term is relative to the best node of the cycle, unless weighed 0.
+    ("two GPUs", make_pod().gpus(2), DEFAULT, None),
+    ("eight GPUs", make_pod().gpus(8).priority(1), DEFAULT, None),
+    ("two GPUs, packing only", make_pod().gpus(2), PACKING_ONLY, (NAME, 2, 0)),
+    ("eight GPUs, packing only", make_pod().gpus(8).priority(4), PACKING_ONLY, (NAME, 8, 4)),
+    # PreFilter rejects these: the full path gives the pod its message.
+    ("bad priority", make_pod().gpus(1).priority("urgent"), PACKING_ONLY, None),
+    ("bad priority, no GPUs", make_pod().priority(7), DEFAULT, None),
+    ("bad GPU ids", make_pod().gpus(1).annotate(GPU_IDS, "0,x"), PACKING_ONLY, None),
+    ("GPUs and MIG", make_pod().gpus(1).mig("1g.10gb"), PACKING_ONLY, None),
+    ("bad quantity", make_pod().gpus(1).cpu("a lot"), PACKING_ONLY, None),
+    ("bad quantity, no GPUs", make_pod().cpu("a lot"), DEFAULT, None),
+]
+
+
+def test_gpufit_is_a_sign_plugin() -> None:
+    assert isinstance(GPUFit(), SignPlugin)
+
+
+@pytest.mark.parametrize(
+    ("what", "pod", "args", "fragment"), SIGNATURES, ids=[row[0] for row in SIGNATURES]
+)
+def test_sign_pod(what: str, pod: PodBuilder, args: GPUFitArgs, fragment: Hashable | None) -> None:
+    plugin = GPUFit(args)
+    signed = plugin.sign_pod(pod.obj())
+    assert signed == fragment
+    if signed is not None:
+        hash(signed)
+    # The fragment agrees with what PreFilter makes of the pod.
+    _, status = plugin.pre_filter(CycleState(), pod.obj())
+    if fragment == (NAME, 0):
+        assert status is SKIP
+    elif status.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+        assert fragment is None
+    else:
+        assert status is SUCCESS
+        gpus = pod_requests(pod.obj()).scalar[RESOURCE_GPU]
+        assert (fragment is None) == (args.topology_weight > 0 and gpus >= 2)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        {},
+        {"metadata": None, "spec": None},
+        {"metadata": {"annotations": "not a map"}},
+        {"metadata": {"annotations": {PRIORITY: 3}}},
+        {"spec": {"containers": 5}},
+        {"spec": {"containers": [{"resources": {"requests": ["nvidia.com/gpu"]}}]}},
+        {"spec": {"containers": [{"resources": {"requests": {RESOURCE_GPU: None}}}]}},
+    ],
+)
+def test_sign_pod_never_raises(pod: dict[str, Any]) -> None:
+    fragment = GPUFit().sign_pod(pod)
+    try:
+        _, status = GPUFit().pre_filter(CycleState(), pod)
+    except Exception:
+        assert fragment is None  # PreFilter will fail it on the full path
+    else:
+        assert fragment == ((NAME, 0) if status is SKIP else None), status
+
+
+def signing_cluster() -> Cluster:
+    """DGX-1s empty, half full and nearly full, an NVSwitch node, a 1-GPU node, a CPU node."""
+    return (
+        Cluster.fleet("dgx-v100", nodes=3)
+        .add(make_node("h100").gpus(8, topology="nvswitch"))
+        .add(make_node("single").gpus(1, topology="pcie"))
+        .add(make_node("cpu"))
+        .bind(
+            make_pod("half").gpus(4).on("dgx-v100-001").assigned([0, 1, 2, 3]),
+            make_pod("most").gpus(6).on("dgx-v100-002").assigned([1, 2, 3, 4, 6, 7]),
+        )
+    )
+
+
+def evaluate(
+    plugin: GPUFit, pod: dict[str, Any], nodes: list[NodeInfo], scored: set[str] | None = None
+) -> tuple[dict[str, tuple[Code, tuple[str, ...]]], dict[str, int]]:
+    """Filter on every node, then PreScore and Score over the feasible ones in ``scored``."""
+    state = CycleState()
+    _, status = plugin.pre_filter(state, pod)
+    assert status is SUCCESS
+    statuses = {info.name: plugin.filter(state, pod, info) for info in nodes}
+    feasible = [
+        info
+        for info in nodes
+        if statuses[info.name] is SUCCESS and (scored is None or info.name in scored)
+    ]
+    assert plugin.pre_score(state, pod, feasible) is SUCCESS
+    scores: dict[str, int] = {}
+    for info in feasible:
+        scores[info.name], status = plugin.score(state, pod, info)
+        assert status is SUCCESS
+    return {name: (s.code, s.reasons) for name, s in statuses.items()}, scores
+
+
+ALIKE: list[tuple[PodBuilder, PodBuilder, GPUFitArgs]] = [
+    (make_pod("a").gpus(1), make_pod("b").gpus(1).cpu("2").memory("4Gi"), DEFAULT),
+    (make_pod("a").gpus(1).priority(2), make_pod("b").container({RESOURCE_GPU: "1"}).priority(2),
+     DEFAULT),
+    (make_pod("a").gpus(2), make_pod("b").gpus(2).cpu("8"), PACKING_ONLY),
+    (make_pod("a").gpus(4), make_pod("b").gpus(4).memory("1Gi"), PACKING_ONLY),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("first", "second", "args"), ALIKE)
+def test_pods_signed_alike_filter_and_score_alike(
+    first: PodBuilder, second: PodBuilder, args: GPUFitArgs
+) -> None:
+    """SignPlugin's contract: equal fragments, equal statuses and scores on every node; and a
+    node's score does not depend on the other nodes of the cycle."""
+    plugin = GPUFit(args)
+    fragment = plugin.sign_pod(first.obj())
+    assert fragment is not None
+    assert plugin.sign_pod(second.obj()) == fragment
+    nodes = signing_cluster().nodes()
+    statuses, scores = evaluate(plugin, first.obj(), nodes)
+    assert len(scores) >= 2  # more than one feasible node, with different scores
+    assert len(set(scores.values())) >= 2
+    assert evaluate(GPUFit(args), second.obj(), nodes) == (statuses, scores)
+    for name, score in scores.items():
+        assert evaluate(GPUFit(args), second.obj(), nodes, {name})[1] == {name: score}
+
+
+def test_multi_gpu_scores_depend_on_the_other_nodes() -> None:
+    """Why a pod asking N >= 2 GPUs with topology weighed is not signed."""
+    nodes = signing_cluster().nodes()
+    pod = make_pod().gpus(2).obj()
+    assert GPUFit().sign_pod(pod) is None
+    _, together = evaluate(GPUFit(), pod, nodes)
+    _, alone = evaluate(GPUFit(), pod, nodes, {"dgx-v100-002"})
+    # Only {0, 5} is left there (PCIe across sockets): poor next to the others, best alone.
+    assert together["dgx-v100-002"] < alone["dgx-v100-002"] == 100
 
 
 # -- what the scheduler does with the choice ---------------------------------------------------

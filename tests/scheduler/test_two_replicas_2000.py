@@ -1,45 +1,35 @@
 """Two replicas without leader election schedule the same 2,000 pods at once.
 
 Zero GPU capacity may be double-booked, checked from the API: the assignment annotations of
-the bound pods and the simulated kubelets, which reject any pod a node cannot hold. Every pod
-fits (2,000 single-GPU pods on 250 eight-GPU nodes), so every pod must end up bound.
+the bound pods and the reservation Leases, and on the simulation the kubelets too, which
+reject any pod a node cannot hold. Every pod fits (2,000 single-GPU pods on 250 eight-GPU
+nodes), so every pod must end up bound.
+
+Runs on the simulation by default and, like ``test_scheduler_integration.py`` (see its
+docstring), against the cluster named by ``GPUSCHED_E2E_KUBECONFIG``, where it creates its 250
+fake nodes and 2,000 pods (no kubelet runs them: they stay Pending, bound) and deletes them.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
-from test_scheduler_integration import (
-    PODS,
-    assert_no_double_booking,
-    bound,
-    gpu_pod,
-    pods_until,
-    running,
-)
-
-from gpusched.sim import SimCluster
-from gpusched.sim.fleet import load_cluster_spec
-
-pytestmark = pytest.mark.simonly
+from conftest import Target
+from scheduler_bed import Bed, assert_no_double_booking, bound, open_bed
 
 PODS_TOTAL = 2000
 
 
-async def test_two_replicas_2000_pods_no_double_booking() -> None:
-    async with SimCluster(load_cluster_spec("dgx-h100", nodes=PODS_TOTAL // 8)) as sim:
-        await sim.kube.create(
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpusched-system"}},
-        )
-        async with running(sim, "replica-a"), running(sim, "replica-b"):
-            semaphore = asyncio.Semaphore(32)
+@pytest.fixture
+async def bed(target: Target) -> AsyncIterator[Bed]:
+    async with open_bed(target) as bed:
+        await bed.add_nodes(PODS_TOTAL // 8)
+        yield bed
 
-            async def create(i: int) -> None:
-                async with semaphore:
-                    await sim.kube.create(PODS, gpu_pod(f"race-{i:04d}"))
 
-            await asyncio.gather(*(create(i) for i in range(PODS_TOTAL)))
-            pods = await pods_until(sim.kube, lambda ps: len(bound(ps)) == PODS_TOTAL, timeout=600)
-        assert_no_double_booking(pods)
+async def test_two_replicas_2000_pods_no_double_booking(bed: Bed) -> None:
+    async with bed.running("replica-a"), bed.running("replica-b"):
+        await bed.create_pods((bed.pod(f"race-{i:04d}") for i in range(PODS_TOTAL)), concurrency=32)
+        pods = await bed.pods_until(lambda ps: len(bound(ps)) == PODS_TOTAL, timeout=600)
+    assert_no_double_booking(pods, await bed.leases())

@@ -1,0 +1,256 @@
+"""Equivalence classes: one ranking of every node per kind of pod, kept up to date.
+
+A burst of pods from one Job or ReplicaSet asks for the same thing: the same requests, the
+same selectors and tolerations, the same number of GPUs. kube-scheduler evaluates each of
+them afresh against a sample of the nodes (``percentageOfNodesToScore``: 10% of 5,000). Its
+*opportunistic batching* (KEP-5598, 1.35) reuses the previous pod's sorted nodes when pods
+have equal *signatures*, but only when each pod takes a whole node. gpusched packs several
+GPU pods per node, so it keeps the idea and changes the bookkeeping:
+
+- A pod's **signature** is what every deciding plugin reads of it (``SignPlugin``); a
+  plugin that cannot vouch for a pod returns ``None`` and the pod takes the ordinary path.
+- A **class** (per signature) holds, for every node, its Filter status and, if feasible, its
+  Score (``Framework.score_node``), in a ``SortedList`` ranking, each entry tagged with the
+  node-info generation it was computed at.
+- Each cycle, the class re-evaluates only the nodes the snapshot says changed since the class
+  last looked (``Snapshot.changed_since``): after one bind that is the one node that got the
+  pod. Nodes joining or leaving rebuild the class.
+- The winner is the top of the ranking: the best node of **all** nodes, which sampling only
+  approximates. Ties are broken by a random draw per entry, so two replicas spread out, and the
+  chosen node is filtered once more in the cycle's own state (which also records GPUFit's
+  device choice there).
+
+Exactness. A class is used only while it gives what a full evaluation of every node would: the
+signature contract makes Filter and un-normalised Score functions of (signature, node info);
+normalised plugins (TaintToleration, preferred NodeAffinity) may sign only when equal raw
+scores normalise equal, and the class checks their raw scores *are* equal on every feasible
+node (one ``Counter`` per such plugin); when they are not, the class is abandoned and its pods
+take the ordinary path (and NodeAffinity declines pods with preferred terms up front).
+
+A class is built on a signature's *second* pod within the recently seen signatures, so a
+stream of unlike pods never pays for building rankings (O(nodes) each) it cannot reuse.
+
+Costs: building a class O(n) Filter + Score evaluations; a cycle O(c x (Filter + Score) +
+c log n) for the c nodes changed since the class's last cycle, plus O(signature) to sign the
+pod. Memory O(n) per class; at most ``max_classes`` classes (least recently used dropped).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter, OrderedDict
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sortedcontainers import SortedList
+
+from gpusched.framework import CycleState, Framework, Pod, Status
+
+if TYPE_CHECKING:
+    from gpusched.cache import NodeInfo, Snapshot
+
+__all__ = ["EquivalenceCache", "Placement"]
+
+log = logging.getLogger(__name__)
+
+_Entry = tuple[int, float, str]
+"""A ranked node: (-total score, random tie-break, node name); the smallest is the best."""
+
+
+@dataclass
+class Placement:
+    """What a class says for one pod: the best node, or why none fits."""
+
+    node: str | None
+    statuses: dict[str, Status] = field(default_factory=dict)
+    """Every infeasible node's Filter status (filled only when no node fits)."""
+    status: Status | None = None
+    """An error (a Score or PreScore failure) that ends the cycle."""
+    evaluated: int = 0
+    """Nodes evaluated this cycle."""
+    feasible: int = 0
+    """Feasible nodes in the class."""
+
+
+class _Class:
+    __slots__ = (
+        "entries",
+        "generation",
+        "membership",
+        "normalised",
+        "ranked",
+        "raw",
+        "rejected",
+    )
+
+    def __init__(self) -> None:
+        self.generation = -1
+        self.membership = -1
+        self.entries: dict[str, _Entry] = {}
+        self.ranked: SortedList = SortedList()
+        self.rejected: dict[str, Status] = {}
+        self.raw: dict[str, tuple[int, ...]] = {}
+        """Feasible node -> raw scores of the normalised Score plugins."""
+        self.normalised: list[Counter[int]] = []
+        """Per normalised Score plugin: how many feasible nodes have each raw score."""
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.ranked.clear()
+        self.rejected.clear()
+        self.raw.clear()
+        self.normalised.clear()
+
+    def drop(self, name: str) -> None:
+        entry = self.entries.pop(name, None)
+        if entry is not None:
+            self.ranked.remove(entry)
+            for counter, value in zip(self.normalised, self.raw.pop(name), strict=True):
+                counter[value] -= 1
+                if not counter[value]:
+                    del counter[value]
+        else:
+            self.rejected.pop(name, None)
+
+    def uniform(self) -> bool:
+        """Whether every normalised plugin gave every feasible node the same raw score."""
+        return all(len(counter) <= 1 for counter in self.normalised)
+
+    def _check(self) -> None:
+        assert len(self.ranked) == len(self.entries) == len(self.raw)
+        assert not (self.entries.keys() & self.rejected.keys())
+        for entry in self.ranked:
+            assert self.entries[entry[2]] == entry
+        for i, counter in enumerate(self.normalised):
+            assert counter == Counter(raw[i] for raw in self.raw.values())
+
+
+class EquivalenceCache:
+    """The classes of one scheduler (module docstring). Not thread-safe: call it from the
+    serial scheduling cycle only."""
+
+    def __init__(self, rng: random.Random | None = None, max_classes: int = 64) -> None:
+        self._rng = rng or random.Random()
+        self._max_classes = max_classes
+        self._classes: OrderedDict[Hashable, _Class] = OrderedDict()
+        self._seen: OrderedDict[Hashable, None] = OrderedDict()
+        self._abandoned: OrderedDict[Hashable, int] = OrderedDict()
+        """Signature -> the snapshot membership at which its class was given up."""
+        self.hits = 0
+        """Cycles answered by a class."""
+        self.builds = 0
+        """Classes built (or rebuilt after nodes joined or left)."""
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+    def place(
+        self,
+        fw: Framework,
+        state: CycleState,
+        pod: Pod,
+        signature: Hashable,
+        snapshot: Snapshot,
+    ) -> Placement | None:
+        """The best node for ``pod`` by its class, or ``None``: no class (yet) for this
+        signature, or not a usable one; then the caller runs the ordinary cycle. PreFilter has
+        run in ``state`` and restricted nothing."""
+        cls = self._classes.get(signature)
+        if cls is None:
+            if self._abandoned.get(signature) == snapshot.membership:
+                return None
+            if signature not in self._seen:
+                self._seen[signature] = None
+                if len(self._seen) > 4 * self._max_classes:
+                    self._seen.popitem(last=False)
+                return None
+            cls = _Class()
+            self._classes[signature] = cls
+            if len(self._classes) > self._max_classes:
+                self._classes.popitem(last=False)
+        else:
+            self._classes.move_to_end(signature)
+        if cls.membership != snapshot.membership:
+            cls.clear()
+            changed: Iterable[NodeInfo] = snapshot.node_infos()
+            cls.membership = snapshot.membership
+            self.builds += 1
+        else:
+            changed = snapshot.changed_since(cls.generation)
+        cls.generation = snapshot.generation
+        changed = list(changed)
+        status = fw.run_pre_score(state, pod, changed)
+        if not status.is_success:
+            self._give_up(signature, snapshot)
+            return None
+        evaluated = 0
+        for node_info in changed:
+            evaluated += 1
+            failed = self._evaluate(cls, fw, state, pod, node_info)
+            if failed is not None:
+                self._give_up(signature, snapshot)
+                return Placement(None, status=failed, evaluated=evaluated)
+        if not cls.uniform():
+            self._give_up(signature, snapshot)
+            return None
+        if not cls.ranked:
+            return Placement(None, dict(cls.rejected), evaluated=evaluated)
+        best = cls.ranked[0][2]
+        chosen = snapshot.get(best)
+        check = fw.run_filter(state, pod, chosen) if chosen is not None else None
+        if check is None or not check.is_success:
+            # Only a plugin breaking the SignPlugin contract gets here: say so, use the
+            # ordinary path.
+            log.error(
+                "equivalence class of %s ranked node %s first, but it does not pass Filter "
+                "now (%s): a signing plugin's Filter depends on more than the pod's signature",
+                (pod.get("metadata") or {}).get("name"),
+                best,
+                check.message() if check is not None else "node gone",
+            )
+            self._give_up(signature, snapshot)
+            return None
+        self.hits += 1
+        return Placement(best, evaluated=evaluated, feasible=len(cls.ranked))
+
+    def _evaluate(
+        self, cls: _Class, fw: Framework, state: CycleState, pod: Pod, node_info: NodeInfo
+    ) -> Status | None:
+        """Re-rank one node; a Score error is returned (it ends the cycle)."""
+        name = node_info.name
+        cls.drop(name)
+        status = fw.run_filter(state, pod, node_info)
+        if not status.is_success:
+            cls.rejected[name] = status
+            return None
+        total, raw, status = fw.score_node(state, pod, node_info)
+        if not status.is_success:
+            return status
+        entry = (-total, self._rng.random(), name)
+        cls.entries[name] = entry
+        cls.ranked.add(entry)
+        if not cls.normalised and raw:
+            cls.normalised = [Counter() for _ in raw]
+        cls.raw[name] = raw
+        for counter, value in zip(cls.normalised, raw, strict=True):
+            counter[value] += 1
+        return None
+
+    def _give_up(self, signature: Hashable, snapshot: Snapshot) -> None:
+        """Drop the class; its signature takes the ordinary path until nodes join or leave."""
+        self._classes.pop(signature, None)
+        self._abandoned[signature] = snapshot.membership
+        if len(self._abandoned) > 4 * self._max_classes:
+            self._abandoned.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every class (a new configuration, or a test)."""
+        self._classes.clear()
+        self._seen.clear()
+        self._abandoned.clear()
+
+    def _check(self) -> None:
+        for cls in self._classes.values():
+            cls._check()
