@@ -56,10 +56,6 @@ _NOT_FOUND_PATH = {
 _HEALTH = frozenset({"/healthz", "/livez", "/readyz"})
 
 
-_LOST_RESPONSE = "gpusched.sim/lost-response"
-"""Request key: the error to answer with once the request has been applied (``:lost`` faults)."""
-
-
 @dataclass
 class _Route:
     group: str
@@ -232,10 +228,10 @@ class APIServer:
                 if listing is None:
                     return _json_response(_NOT_FOUND_PATH, 404)
                 return _json_response(listing)
-            response = await self._resource_request(request, route)
-            lost = request.get(_LOST_RESPONSE)
-            if lost is not None and response.status < 400:
-                raise lost  # applied, but the client is told it failed
+            lost: list[errors.APIError] = []
+            response = await self._resource_request(request, route, lost)
+            if lost and response.status < 400:
+                raise lost[0]  # applied, but the client is told it failed
             return response
         except errors.APIError as exc:
             return _error_response(exc)
@@ -313,7 +309,11 @@ class APIServer:
             watch_path=watch_path,
         )
 
-    async def _resource_request(self, request: web.Request, route: _Route) -> web.StreamResponse:
+    async def _resource_request(
+        self, request: web.Request, route: _Route, lost: list[errors.APIError]
+    ) -> web.StreamResponse:
+        """Serve one resource request; a ``:lost`` fault puts the error to answer with, once
+        the request is applied, into ``lost``."""
         registry = self.registry
         query = request.query
         res = registry.resource(route.group, route.version, route.plural)
@@ -332,9 +332,9 @@ class APIServer:
         if verb is None:
             raise errors.method_not_allowed()
         fault_resource = res.plural + (f"/{route.subresource}" if route.subresource else "")
-        lost = self.faults.check(verb, fault_resource, route.name, res.group)
-        if lost is not None:
-            request[_LOST_RESPONSE] = lost
+        after = self.faults.check(verb, fault_resource, route.name, res.group)
+        if after is not None:
+            lost.append(after)
         if route.subresource == "binding":
             if method != "POST":
                 raise errors.method_not_allowed()

@@ -52,6 +52,7 @@ from scheduler_bed import (
 
 from gpusched.annotations import GPU_IDS, RESERVATION_UID
 from gpusched.sim import FaultRule
+from gpusched.sim.faults import LOST
 
 
 @pytest.fixture
@@ -206,6 +207,31 @@ async def test_faults_and_cut_watches_still_converge(bed: Bed) -> None:
         sim.faults.clear()
     assert sim.faults.total() > 0
     assert_no_double_booking(pods, await bed.leases())
+
+
+@pytest.mark.simonly
+async def test_bindings_whose_answers_are_lost_are_not_undone(bed: Bed) -> None:
+    """Half the Bindings are applied and answered 504 (a timeout after the write). Two replicas
+    race for the same pods: each must find out from the pod whether its Binding landed, never
+    release the reservation a pod is bound with, and not report a failure on a pod another
+    replica bound. Everything ends bound, with its reservation, nothing double-booked."""
+    sim = sim_of(bed.target)
+    sim.faults.set([FaultRule("create", "pods/binding", 0.5, LOST)])
+    try:
+        async with bed.running("a") as a, bed.running("b") as b:
+            await bed.create_pods((bed.pod(f"l{i:02d}") for i in range(16)), concurrency=8)
+            pods = await bed.pods_until(lambda ps: len(bound(ps)) == 16)
+            leases = await bed.leases()
+    finally:
+        sim.faults.clear()
+    assert sim.faults.injected[("create", LOST)] > 0
+    assert a.scheduled + b.scheduled == 16  # a lost answer still counts: the pod is bound
+    assert_no_double_booking(pods, leases)
+    # No pod another replica bound carries a SchedulerError condition from the loser.
+    for name, pod in pods.items():
+        for condition in (pod.get("status") or {}).get("conditions") or ():
+            if condition.get("type") == "PodScheduled":
+                assert condition.get("reason") != "SchedulerError", (name, condition)
 
 
 async def test_a_scheduler_killed_mid_bind_leaks_nothing(bed: Bed) -> None:
