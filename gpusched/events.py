@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
+import random
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -31,6 +31,10 @@ __all__ = ["EventRecorder"]
 log = logging.getLogger(__name__)
 
 _STRATEGIC = "application/strategic-merge-patch+json"
+
+
+_names = random.Random()
+"""Event name suffixes (client-go uses the time in hex): random, seeded once from the OS."""
 
 
 def _ts(clock: Clock) -> str:
@@ -101,7 +105,7 @@ class EventRecorder:
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": ns},
+            "metadata": {"name": f"{meta['name']}.{_names.getrandbits(64):016x}", "namespace": ns},
             "involvedObject": {
                 "apiVersion": "v1",
                 "kind": "Pod",

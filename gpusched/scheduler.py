@@ -198,6 +198,9 @@ class Scheduler:
         self.kube = kube
         self.config = config or default_config()
         self.identity = identity or f"gpusched-{uuid.uuid4().hex[:8]}"
+        # Reservation uids: random, seeded once from the OS (os.urandom per uid cost more than
+        # a whole equivalence-class cycle here); never from ``rng``, which tests seed alike.
+        self._ids = random.Random()
         self.clock = clock or RealClock()
         self.metrics = metrics or Metrics()
         self.rng = rng or random.Random()
@@ -516,7 +519,10 @@ class Scheduler:
         node = result.node
         assignment = result.assignment or Assignment((), (), (), "")
         assignment = Assignment(
-            assignment.gpu_ids, assignment.gpu_uuids, assignment.vram_mib, str(uuid.uuid4())
+            assignment.gpu_ids,
+            assignment.gpu_uuids,
+            assignment.vram_mib,
+            str(uuid.UUID(int=self._ids.getrandbits(128), version=4)),
         )
         try:
             self.cache.assume_pod(pod, node, assignment)
