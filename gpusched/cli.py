@@ -2,10 +2,19 @@
 
 ::
 
+    gpusched scheduler   [--kubeconfig K] [--config FILE] [--leader-elect] [--metrics-port P]
     gpusched sim serve   --cluster NAME|FILE [--port P] [--kubeconfig OUT] [--faults SPEC]
     gpusched sim fleet   apply|delete --cluster NAME|FILE --kubeconfig K
     gpusched sim kubelet --kubeconfig K
     gpusched sim clusters
+
+``gpusched scheduler`` serves ``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``
+on the metrics port. ``/readyz`` is 200 when the replica can do its part: without
+``--leader-elect``, or while leading, once its informers have synced; while standing by, when
+its last attempt read the leader Lease (it can take over). It exits 0 after SIGTERM or SIGINT
+(the leader first stops scheduling, then releases the leader Lease so that a standby takes
+over at once), and 1 when leadership is lost ("leaderelection lost", as kube-scheduler) or the
+scheduler crashes (logged with its traceback), so that the kubelet restarts it.
 
 Errors in what the user gave (an unknown cluster name, a broken YAML file, a bad fault spec)
 end the command with a message saying what to fix and exit status 2, never a traceback.
@@ -20,7 +29,7 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from gpusched import __version__
@@ -30,6 +39,8 @@ if TYPE_CHECKING:
     from gpusched.sim.fleet import ClusterSpec
 
 __all__ = ["main"]
+
+log = logging.getLogger(__name__)
 
 
 class UsageError(Exception):
@@ -278,7 +289,31 @@ async def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _signals_set(stop: asyncio.Event) -> Iterator[None]:
+    """While in the block, SIGINT and SIGTERM set ``stop`` instead of killing the process."""
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
 async def _scheduler(args: argparse.Namespace) -> int:
+    # Signal handlers first: a SIGTERM that comes while connecting or starting (a rolling
+    # update can stop a pod at any time) is a graceful stop too, not a kill.
+    stop = asyncio.Event()
+    with _signals_set(stop):
+        return await _run_scheduler(args, stop)
+
+
+async def _run_scheduler(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from gpusched.framework import ConfigError, default_config, load_config
     from gpusched.leader import LeaderElectionConfig, LeaderElector
     from gpusched.metrics import Metrics, OperationsServer
@@ -300,13 +335,7 @@ async def _scheduler(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         await kube.close()
         raise UsageError(str(exc)) from None
-    ops = OperationsServer(metrics, scheduler.ready.is_set)
-    await ops.start(port=args.metrics_port)
-    print(
-        f"gpusched {scheduler.identity}: scheduling pods with schedulerName "
-        f"{', '.join(scheduler.frameworks)}; metrics on :{ops.port}",
-        flush=True,
-    )
+    elector: LeaderElector | None = None
     if args.leader_elect:
         le = config.leader_election
         elector = LeaderElector(
@@ -320,17 +349,58 @@ async def _scheduler(args: argparse.Namespace) -> int:
                 retry_period=le.retry_period,
             ),
         )
-        work = asyncio.create_task(elector.run(scheduler.run))
+
+    def ready() -> bool:
+        # /readyz. Leading, or without leader election: the informers have synced. Standing
+        # by: the last attempt read the leader Lease, so this replica can take over. A standby
+        # is Ready, as kube-scheduler's is, or a rolling update of the Deployment would wait
+        # forever for a new replica that cannot lead while the old leader runs.
+        if elector is None or elector.is_leader:
+            return scheduler.ready.is_set()
+        return elector.lease_readable
+
+    ops = OperationsServer(metrics, ready)
+    await ops.start(port=args.metrics_port)
+    print(
+        f"gpusched {scheduler.identity}: scheduling pods with schedulerName "
+        f"{', '.join(scheduler.frameworks)}; metrics on :{ops.port}",
+        flush=True,
+    )
+    if elector is not None:
+        work = asyncio.create_task(elector.run(scheduler.run), name="leader-election")
     else:
-        work = asyncio.create_task(scheduler.run())
+        work = asyncio.create_task(scheduler.run(), name="scheduler")
     freeze = asyncio.create_task(_freeze_gc_when_ready(scheduler.ready), name="gc-freeze")
-    stop = asyncio.create_task(_wait_for_signal(0))
+    stopping = asyncio.create_task(stop.wait(), name="wait-for-signal")
     try:
-        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (work, stop, freeze):
+        for task in (work, stopping, freeze):
             task.cancel()
-        await asyncio.gather(work, stop, freeze, return_exceptions=True)
+        outcome, *_ = await asyncio.gather(work, stopping, freeze, return_exceptions=True)
         await ops.stop()
         await kube.close()
-    return 0
+    return _exit_status(outcome, stop.is_set())
+
+
+def _exit_status(outcome: object, stop_requested: bool) -> int:
+    """The exit status of ``gpusched scheduler`` from how its work ended.
+
+    0 after a graceful stop (SIGTERM, SIGINT). 1 when the work ended by itself: leadership
+    lost (as kube-scheduler, "leaderelection lost"), a crash (logged with its traceback) or,
+    unexpectedly, a return; the kubelet then restarts the container as a fresh candidate.
+    """
+    from gpusched.leader import LeadershipLost
+
+    if isinstance(outcome, asyncio.CancelledError):
+        return 0
+    if isinstance(outcome, LeadershipLost):
+        log.error("leaderelection lost: %s", outcome)
+        return 1
+    if isinstance(outcome, BaseException):
+        log.critical("the scheduler crashed", exc_info=outcome)
+        return 1
+    if stop_requested:
+        return 0
+    log.error("the scheduler stopped by itself")
+    return 1

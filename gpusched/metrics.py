@@ -224,7 +224,12 @@ class FrameworkObserver:
 
 
 class OperationsServer:
-    """``/metrics``, ``/healthz`` (the process is alive) and ``/readyz`` (caches synced)."""
+    """``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``.
+
+    ``/readyz`` answers 200 while ``ready()`` is true, else 503; what ready means is the
+    caller's: for ``gpusched scheduler``, informers synced, or standing by for leadership
+    with the leader Lease readable (see ``gpusched.cli``).
+    """
 
     def __init__(self, metrics: Metrics, ready: Callable[[], bool]) -> None:
         self.metrics = metrics
@@ -261,4 +266,4 @@ class OperationsServer:
     async def _readyz(self, request: web.Request) -> web.Response:
         if self.ready():
             return web.Response(text="ok")
-        return web.Response(text="caches not synced", status=503)
+        return web.Response(text="not ready", status=503)

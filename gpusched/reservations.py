@@ -344,7 +344,19 @@ class ReservationWriter:
                 else:
                     verb = "create"
                     written = await self.kube.create(self._path(), body)
-            except (APIConflict, APINotFound):
+            except APINotFound as exc:
+                if verb == "create":  # no Lease to race for: the namespace itself is missing
+                    status = dict(exc.status)
+                    status["message"] = (
+                        f"cannot write the reservations of node {node}: namespace "
+                        f"{self.namespace!r} does not exist (create it, or set "
+                        f"reservations.namespace in the configuration): {exc.message}"
+                    )
+                    raise APINotFound(exc.code, status) from exc
+                self.conflicts += 1  # the Lease was deleted since we read it
+                current = await self.read(node)
+                continue
+            except APIConflict:
                 # Someone else wrote (or deleted) the Lease since we read it.
                 self.conflicts += 1
                 current = await self.read(node)

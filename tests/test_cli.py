@@ -1,12 +1,17 @@
-"""The ``gpusched`` command: clear messages and exit status 2 for bad input, never a traceback."""
+"""The ``gpusched`` command: clear messages and exit status 2 for bad input, never a traceback;
+``gpusched scheduler`` stops gracefully on SIGTERM at any time. (Its exit statuses when
+leadership is lost or the scheduler crashes: ``tests/scheduler/test_leader_election_e2e.py``.)"""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from gpusched.sim import SimCluster
 
 
 def gpusched(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -69,3 +74,49 @@ def test_serve_runs_and_stops(tmp_path: Path) -> None:
     assert "API server at https://127.0.0.1:" in out.stdout
     assert "2 nodes, 16 GPUs" in out.stdout
     assert "certificate-authority-data" in kubeconfig.read_text()
+
+
+def test_a_lease_duration_under_a_second_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "gpusched.yaml"
+    config.write_text(
+        "apiVersion: gpusched.io/v1alpha1\n"
+        "kind: SchedulerConfiguration\n"
+        "leaderElection: {leaseDuration: 500ms, renewDeadline: 400ms, retryPeriod: 100ms}\n"
+    )
+    out = gpusched("scheduler", "--config", str(config), "--leader-elect")
+    assert out.returncode == 2
+    assert (
+        "gpusched.yaml:3: leaderElection.leaseDuration: must be at least 1s, as the leader Lease "
+        "stores whole seconds (got 0.5s)"
+    ) in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+# Sends this process SIGTERM while it connects to the API server, before its start-up line.
+SIGTERM_WHILE_CONNECTING = """\
+import os, signal, sys
+from gpusched import cli
+
+connect = cli._connect
+
+async def connect_and_get_sigterm(args):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return await connect(args)
+
+cli._connect = connect_and_get_sigterm
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+async def test_sigterm_while_starting_is_a_graceful_stop(tmp_path: Path) -> None:
+    async with SimCluster(None, kubelets=False, kubeconfig_path=tmp_path / "kc") as sim:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-c", SIGTERM_WHILE_CONNECTING, "scheduler"),
+            *("--kubeconfig", str(sim.kubeconfig_path), "--metrics-port", "0"),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    # Killed by the signal, the status would be -SIGTERM.
+    assert process.returncode == 0, stderr.decode()

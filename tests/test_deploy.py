@@ -35,6 +35,16 @@ def test_the_shipped_scheduler_configuration_is_valid() -> None:
     assert config.leader_election.leader_elect
 
 
+def test_the_scheduler_probes_liveness_and_readiness_apart() -> None:
+    # /readyz is 200 on a standby too (see gpusched.cli), so a rolling update of the
+    # leader-elected replicas can proceed; test_leader_election_e2e.py checks it on processes.
+    deployment = next(d for d in documents() if d.get("kind") == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
+    assert "--leader-elect" in container["command"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kustomize_builds() -> None:
     out = subprocess.run(

@@ -347,7 +347,8 @@ class LeaderElection(_Model):
 
     lease_duration: Seconds = Field(default=15.0, gt=0)
     """How long non-leaders wait after the last renewal before taking over. Seconds or a
-    duration string; default 15s."""
+    duration string, at least 1s (the Lease's ``leaseDurationSeconds`` is whole seconds; a
+    fraction is rounded up); default 15s."""
 
     renew_deadline: Seconds = Field(default=10.0, gt=0)
     """How long the leader keeps trying to renew before giving up leadership; must be less than
@@ -364,6 +365,12 @@ class LeaderElection(_Model):
 
     @model_validator(mode="after")
     def _check_timing(self) -> Self:
+        if self.lease_duration < 1:
+            raise _invalid(
+                ("leaseDuration",),
+                f"must be at least 1s, as the leader Lease stores whole seconds "
+                f"(got {self.lease_duration:g}s)",
+            )
         if self.renew_deadline >= self.lease_duration:
             raise _invalid(
                 ("renewDeadline",),
