@@ -172,6 +172,11 @@ def _scheduling_properties(node: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def _phantom_key(reservation_uid: str) -> str:
+    """The cache key of a reservation's phantom: never a pod's uid."""
+    return f"reservation/{reservation_uid}"
+
+
 def _key(pod: Mapping[str, Any]) -> str:
     meta = pod["metadata"]
     return f"{meta.get('namespace', '')}/{meta['name']}"
@@ -245,8 +250,9 @@ class Scheduler:
         self._gone: OrderedDict[str, None] = OrderedDict()
         # Reservations of this replica known not to hold their pod (failed binds).
         self._dead: OrderedDict[str, None] = OrderedDict()
-        self._phantoms: dict[str, str] = {}  # others' reservation uid -> its pod's uid
-        self._phantom_pods: set[str] = set()
+        # Phantoms (see _add_phantom): reservation uid -> its pod's uid, and back.
+        self._phantoms: dict[str, str] = {}
+        self._phantom_pods: dict[str, set[str]] = {}
         self.reservation_gc_period = reservation_gc_period
         self.reservation_grace = reservation_grace
         # A reservation must outlive its Binding by this much, or the pod is not bound with it.
@@ -289,6 +295,11 @@ class Scheduler:
             return
         if kind == "ADDED":
             self.cache.add_node(node)
+            lease = self.leases.get(node["metadata"]["name"])
+            if lease is not None:  # its Lease came first: count what it holds now
+                for r in lease.reservations.values():
+                    if r.uid not in self._phantoms:
+                        self._add_phantom(lease.node, r)
             self._emit("Node/Add", None, node)
         else:
             self.cache.update_node(node)
@@ -325,20 +336,23 @@ class Scheduler:
         for uid in after.keys() - before.keys():
             self._add_phantom(lease.node, after[uid])
 
-    # Reservations made by others. A reservation whose pod the cache does not hold when it
-    # first appears (another replica's bind in flight, or a bind whose outcome is unknown) is
-    # assumed in the cache as that pod, a *phantom*: the next cycles see its GPUs as taken
-    # instead of finding out with a 409 on the Lease. The phantom becomes the real pod when the
-    # informer shows it bound (the cache confirms an assumed pod on Add, on whichever node), and
-    # is forgotten when the reservation leaves the Lease without that (a failed bind released,
-    # an expired one pruned), or after the cache's TTL for assumed pods.
+    # Reservations the cache would not otherwise count. A reservation whose pod the cache does
+    # not hold when it first appears in a Lease (another replica's bind in flight) is assumed in
+    # the cache under a key of its own (``reservation/<uid>``), a *phantom*, so the next cycles
+    # see its GPUs as taken instead of finding out with a 409 on the Lease. So is the
+    # reservation of one of our binds whose outcome is unknown (the pod may be bound with it).
+    # A phantom goes when its reservation leaves the Lease (a failed bind released, an expired
+    # one pruned), when its pod shows up bound (the pod's own booking takes over) or is deleted,
+    # or after the cache's TTL for assumed pods.
 
-    def _add_phantom(self, node: str, r: Reservation) -> None:
-        if r.pod_uid in self._gone or self.cache.get_pod(r.pod_uid) is not None:
-            return  # ours in flight, or the pod is bound already, or it is gone
+    def _add_phantom(self, node: str, r: Reservation, *, ours: bool = False) -> None:
+        if r.pod_uid in self._gone or r.uid in self._dead or r.uid in self._phantoms:
+            return
+        if not ours and self.cache.get_pod(r.pod_uid) is not None:
+            return  # our own bind of it is in flight, or it is bound: counted already
         namespace, _, name = r.pod.partition("/")
         phantom = {
-            "metadata": {"name": name, "namespace": namespace, "uid": r.pod_uid},
+            "metadata": {"name": name, "namespace": namespace, "uid": _phantom_key(r.uid)},
             "spec": {
                 "nodeName": node,
                 "containers": [
@@ -352,19 +366,30 @@ class Scheduler:
         assignment = Assignment(r.gpu_ids, (), r.vram_mib, r.uid)
         try:
             self.cache.assume_pod(phantom, node, assignment)
-        except (CacheError, LedgerError) as exc:  # e.g. the node is not known yet
+        except (CacheError, LedgerError) as exc:  # the node is not known yet: see _on_node
             log.debug("not counting reservation %s of %s: %s", r.uid, r.pod, exc)
             return
-        self.cache.finish_binding(r.pod_uid)  # so that the TTL applies
+        self.cache.finish_binding(phantom)  # so that the TTL applies
         self._phantoms[r.uid] = r.pod_uid
-        self._phantom_pods.add(r.pod_uid)
+        self._phantom_pods.setdefault(r.pod_uid, set()).add(r.uid)
 
-    def _drop_phantom(self, reservation_uid: str) -> None:
-        """Forget the phantom of a reservation that left its Lease (if it is still one)."""
+    def _drop_phantom(self, reservation_uid: str, *, wake: bool = True) -> None:
         pod_uid = self._phantoms.pop(reservation_uid, None)
-        if pod_uid is not None:
-            self._phantom_pods.discard(pod_uid)
-            self._forget_assumed(pod_uid)
+        if pod_uid is None:
+            return
+        others = self._phantom_pods.get(pod_uid)
+        if others is not None:
+            others.discard(reservation_uid)
+            if not others:
+                del self._phantom_pods[pod_uid]
+        if wake:
+            self._forget_assumed(_phantom_key(reservation_uid))
+        else:
+            self.cache.forget_pod(_phantom_key(reservation_uid))
+
+    def _drop_phantoms_of(self, pod_uid: str, *, wake: bool) -> None:
+        for reservation_uid in list(self._phantom_pods.get(pod_uid, ())):
+            self._drop_phantom(reservation_uid, wake=wake)
 
     def _forget_assumed(self, pod_uid: str) -> None:
         """Forget an assumed pod (a phantom, or a failed bind of ours) and tell the queue, as
@@ -392,13 +417,13 @@ class Scheduler:
                 self.queue.delete(pod)
                 for fw in self.frameworks.values():
                     fw.reject_waiting_pod(uid, "", "the pod was deleted")
-                if uid in self._phantom_pods:
-                    self._forget_assumed(uid)
+                self._drop_phantoms_of(uid, wake=True)
             self.events.forget(uid)
             self._mark_gone(uid)
             return
         if spec.get("nodeName"):
             self.queue.delete(pod)
+            self._drop_phantoms_of(uid, wake=False)  # the pod's own booking takes over
             self.cache.update_pod(pod)
             was_running = (
                 old is not None and (old.get("status") or {}).get("phase") not in _TERMINAL
@@ -413,7 +438,7 @@ class Scheduler:
         if meta.get("deletionTimestamp") or phase in _TERMINAL:
             self.queue.delete(pod)
             return
-        if uid in self._binding or (self.cache.is_assumed(uid) and uid not in self._phantom_pods):
+        if uid in self._binding or self.cache.is_assumed(uid):
             return  # our decision is being bound; this is an older view of the pod
         info = self.queue.update(old, pod) if old is not None else self.queue.add(pod)
         if info.error:
@@ -503,6 +528,10 @@ class Scheduler:
         if fw is None:
             self.queue.done(info.uid, info.cycle)
             return SchedulingResult(None)
+        if self.cache.is_assumed(info.uid):
+            # Bound by us a moment ago, and the informer has not shown it yet: wait for it.
+            self.queue.requeue_after_error(info)
+            return SchedulingResult(None)
         state = CycleState(record_plugin_metrics=self.rng.random() < 0.1)
         self.cache.update_snapshot(self.snapshot)
         try:
@@ -539,7 +568,7 @@ class Scheduler:
             status = fw.run_permit(state, pod, node)
         if not (status.is_success or status.is_wait):
             fw.run_unreserve(state, pod, node)
-            self._forget_assumed(info.uid)
+            self.cache.forget_pod(pod)  # nothing was bound: no event (upstream neither)
             if status.is_rejected:
                 info.unschedulable_plugins = {status.plugin} if status.plugin else set()
                 self.queue.add_unschedulable(info)
@@ -737,6 +766,9 @@ class Scheduler:
                 fw, state, info, node, None, "lease_conflict", str(exc), started
             )
             return
+        except LeaseFormatError as exc:
+            await self._bind_failed(fw, state, info, node, None, "lease_format", str(exc), started)
+            return
         except _BindFailure as exc:
             await self._bind_failed(
                 fw, state, info, node, reserved, exc.stage, exc.message, started, exc.outcome
@@ -785,6 +817,10 @@ class Scheduler:
         fw.run_unreserve(state, pod, node)
         self._forget_assumed(info.uid)
         self.cache.finish_binding(pod)
+        if outcome == _Outcome.UNKNOWN and reserved is not None:
+            # The pod may be bound with these devices: they stay counted, as a phantom of the
+            # reservation, until the pod shows up bound or the reservation leaves the Lease.
+            self._add_phantom(node, reserved, ours=True)
         self._attempt("error", fw, started)
         if outcome in (_Outcome.GONE, _Outcome.ELSEWHERE):
             self.queue.done(info.uid, info.cycle)
@@ -801,7 +837,7 @@ class Scheduler:
             self._dead[reserved.uid] = None
             while len(self._dead) > 10_000:
                 self._dead.popitem(last=False)
-            with contextlib.suppress(APIError):
+            with contextlib.suppress(APIError, LeaseFormatError):
                 await self.reservations.release(node, [reserved.uid])
 
     async def _binding_outcome(
@@ -863,7 +899,7 @@ class Scheduler:
             for node, lease in list(self.leases.items()):
                 stale = [uid for uid, r in lease.reservations.items() if self._prunable(r)]
                 if stale:
-                    with contextlib.suppress(APIError):
+                    with contextlib.suppress(APIError, LeaseFormatError):
                         await self.reservations.release(node, stale)
 
 

@@ -8,7 +8,8 @@ happened while we were away. Transport and 5xx errors back off exponentially wit
 
 After any sequence of drops and 410s the local ``items`` equals a fresh list of the server, and
 the handler has seen an event for every change of state between the two (possibly collapsed:
-two updates missed during a gap arrive as one MODIFIED).
+two updates missed during a gap arrive as one MODIFIED; an object deleted and created again
+under the same name during a gap arrives as DELETED of the old one, then ADDED of the new).
 """
 
 from __future__ import annotations
@@ -133,6 +134,11 @@ class Reflector:
             for key, obj in fresh.items():
                 prev = old.get(key)
                 if prev is None:
+                    self.handler("ADDED", obj, None)
+                elif prev["metadata"].get("uid") != obj["metadata"].get("uid"):
+                    # Deleted and created again under the same name while we were not
+                    # watching: two objects, as a watch would have shown them.
+                    self.handler("DELETED", prev, prev)
                     self.handler("ADDED", obj, None)
                 elif prev["metadata"].get("resourceVersion") != obj["metadata"].get(
                     "resourceVersion"
