@@ -10,12 +10,17 @@ from typing import Any
 
 import pytest
 
+from gpusched.annotations import Assignment, assignment_annotations
+from gpusched.inventory import RESOURCE_GPU
 from gpusched.kube.client import Kube
-from gpusched.kube.errors import APIError
+from gpusched.kube.errors import APIError, APIGone
 from gpusched.kube.reflector import Reflector, object_key
+from gpusched.scheduler import Scheduler
 from gpusched.sim import FaultRule, SimCluster
+from gpusched.sim.fleet import ClusterSpec, node_names
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+PODS = "/api/v1/namespaces/default/pods"
 
 
 def lease(name: str, holder: str) -> dict[str, Any]:
@@ -118,3 +123,90 @@ async def test_watch_streams_are_cut_after_the_configured_seconds() -> None:
         rv = (await sim.kube.get(LEASES))["metadata"]["resourceVersion"]
         events = [e async for e in sim.kube.watch(LEASES, {"resourceVersion": rv})]
         assert events == []  # the stream ended on its own, with nothing to deliver
+
+
+def _gpu_pod(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "gpusched",
+            "terminationGracePeriodSeconds": 0,  # deleted at once, kubelet or not
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {RESOURCE_GPU: str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+@pytest.mark.simonly
+async def test_a_pod_recreated_under_its_name_is_deleted_then_added_on_relist() -> None:
+    """A StatefulSet pod (or any pod re-created under its name) deleted and re-created while
+    the pods watch was down: the re-list that follows the 410 keys objects by namespace/name,
+    yet must report DELETED(old) then ADDED(new), as a watch would have, not a MODIFIED from
+    the old uid to the new one. The scheduler's cache, fed by that informer, must free the old
+    pod's GPUs (handled as a MODIFIED, the old bound pod stayed booked until a restart)."""
+    spec = ClusterSpec.model_validate(
+        {
+            "name": "relist",
+            "pools": [
+                {
+                    "name": "n",
+                    "count": 1,
+                    "cpu": 32,
+                    "memory": "128Gi",
+                    "gpu": {
+                        "product": "NVIDIA H100 80GB HBM3",
+                        "memoryMiB": 81559,
+                        "count": 2,
+                        "topology": "nvswitch",
+                    },
+                }
+            ],
+        }
+    )
+    (node,) = node_names(spec)
+    # A window of one event: any resume from before the re-creation is answered 410 Gone.
+    async with SimCluster(spec, kubelets=False, window=1) as sim:
+        sched = Scheduler(Kube(sim.api_client()), identity="me", rng=random.Random(0))
+        seen: list[tuple[str, str]] = []
+        on_pod = sched.pods.handler
+        assert on_pod is not None
+
+        def handler(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+            seen.append((kind, obj["metadata"]["uid"]))
+            on_pod(kind, obj, old)
+
+        sched.pods.handler = handler
+        # Bound by a scheduler to both GPUs (as its Binding leaves it: node and annotations).
+        body = _gpu_pod("web-0", 2)
+        body["spec"]["nodeName"] = node
+        body["metadata"]["annotations"] = assignment_annotations(Assignment((0, 1), (), (), ""))
+        old = await sim.kube.create(PODS, body)
+        for informer in sched.informers:  # the scheduler's informers, listed once
+            await informer.list()
+        info = sched.cache.node_info(node)
+        assert info is not None
+        assert [d.index for d in info.ledger.devices if d.free] == []
+        # While the pods watch is down: deleted, and created again (pending) under its name.
+        await sim.kube.delete(f"{PODS}/web-0")
+        new = await sim.kube.create(PODS, _gpu_pod("web-0", 2))
+        with pytest.raises(APIGone):  # the resume: what Reflector.run re-lists on
+            await sched.pods.watch_once()
+        seen.clear()
+        await sched.pods.list()
+        assert seen == [
+            ("DELETED", old["metadata"]["uid"]),
+            ("ADDED", new["metadata"]["uid"]),
+        ]
+        assert sched.cache.get_pod(old["metadata"]["uid"]) is None, (
+            "the deleted pod's GPUs are still held"
+        )
+        info = sched.cache.node_info(node)
+        assert info is not None
+        assert [d.index for d in info.ledger.devices if d.free] == [0, 1]

@@ -1,0 +1,435 @@
+"""One replica's own state (its cache, the phantoms of reservations, its queue) through what its
+informers deliver and through binding cycles whose failures only the API server can explain.
+
+Tests that only call the informer handlers (``_on_node``, ``_on_pod``, ``_on_lease``) and read
+the cache need no API: their Scheduler's Kube is never connected (as in
+``benchmarks/scheduler_perf.py``). Tests that run binding cycles (a Lease write, a Binding, the
+read of the pod after a failed Binding) run them against the simulated cluster through the real
+client; their scheduler's informers are listed once (``synced``), and faults are injected only
+around the step that needs them. In both, the test runs each cycle itself (``cycle``): no
+scheduling loop, no sleeps; a FakeClock, shared with the API server, moves time for backoff and
+reservation expiry.
+
+Every node is the one of ``SPEC`` (4 GPUs, inventory and all), built by the simulated fleet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, cast
+
+import pytest
+
+from gpusched.annotations import Assignment
+from gpusched.clock import FakeClock
+from gpusched.framework import (
+    ActionType,
+    ClusterEvent,
+    ClusterEventWithHint,
+    CycleState,
+    EnqueueExtensions,
+    PermitPlugin,
+    PluginRef,
+    Plugins,
+    PluginSet,
+    Pod,
+    Profile,
+    SchedulerConfiguration,
+    Status,
+    default_config,
+    in_tree,
+)
+from gpusched.framework.config import apply_default_plugins
+from gpusched.inventory import RESOURCE_GPU
+from gpusched.kube.client import Kube, resource_path
+from gpusched.reservations import (
+    LEASE_PREFIX,
+    NODE_LABEL,
+    RESERVATIONS_ANNOTATION,
+    Reservation,
+)
+from gpusched.scheduler import Scheduler, SchedulingResult, _phantom_key
+from gpusched.sim import FaultRule, SimCluster
+from gpusched.sim.fleet import ClusterSpec, build_fleet, node_names
+
+SPEC = ClusterSpec.model_validate(
+    {
+        "name": "state",
+        "pools": [
+            {
+                "name": "n",
+                "count": 1,
+                "cpu": 32,
+                "memory": "128Gi",
+                "gpu": {
+                    "product": "NVIDIA H100 80GB HBM3",
+                    "memoryMiB": 81559,
+                    "count": 4,
+                    "topology": "nvswitch",
+                },
+            }
+        ],
+    }
+)
+NODE = node_names(SPEC)[0]
+NS = default_config().reservations.namespace
+"""Where the reservation Leases live (the default configuration's namespace)."""
+PODS = resource_path("", "v1", "pods", "default")
+LEASES = resource_path("coordination.k8s.io", "v1", "leases", NS)
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def gpu_pod(name: str, gpus: int, *, uid: str | None = None) -> dict[str, Any]:
+    """A pending pod for the default profile asking for ``gpus`` GPUs; ``uid`` for a pod handed
+    straight to the handlers (the API server sets its own)."""
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "schedulerName": default_config().profiles[0].scheduler_name,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {
+                        "requests": {RESOURCE_GPU: str(gpus)},
+                        "limits": {RESOURCE_GPU: str(gpus)},
+                    },
+                }
+            ],
+        },
+    }
+    if uid is not None:
+        pod["metadata"]["uid"] = uid
+        pod["status"] = {"phase": "Pending"}
+    return pod
+
+
+def scheduler(kube: Kube, clock: FakeClock, **kwargs: Any) -> Scheduler:
+    config = kwargs.pop("config", None) or default_config()
+    return Scheduler(kube, config, identity="me", clock=clock, rng=random.Random(0), **kwargs)
+
+
+def handlers_only(clock: FakeClock, **kwargs: Any) -> Scheduler:
+    """A Scheduler whose Kube is never connected, told of ``SPEC``'s nodes by its handlers."""
+    sched = scheduler(Kube(cast(Any, None)), clock, **kwargs)
+    add_nodes(sched)
+    return sched
+
+
+def add_nodes(sched: Scheduler) -> None:
+    for node in build_fleet(SPEC):
+        if node.inventory is not None:
+            sched.cache.set_inventory(node.name, node.inventory)
+        sched._on_node("ADDED", node.node, None)
+
+
+@contextlib.asynccontextmanager
+async def open_sim(clock: FakeClock) -> AsyncIterator[SimCluster]:
+    """``SPEC`` on the simulated cluster (no kubelets), with the reservations namespace."""
+    async with SimCluster(SPEC, kubelets=False, clock=clock) as sim:
+        await sim.kube.create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        )
+        yield sim
+
+
+async def synced(sim: SimCluster, clock: FakeClock) -> Scheduler:
+    """A Scheduler on ``sim`` whose informers have listed the cluster once (and watch nothing:
+    what happens later reaches it only when the test lists again)."""
+    sched = scheduler(Kube(sim.api_client()), clock)
+    for informer in sched.informers:
+        await informer.list()
+    return sched
+
+
+def lease_object(node: str, *reservations: Reservation, rv: str = "7") -> dict[str, Any]:
+    """A reservations Lease as the informer delivers it."""
+    payload = {"v": 1, "r": {r.uid: r.to_json() for r in reservations}}
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": LEASE_PREFIX + node,
+            "namespace": NS,
+            "resourceVersion": rv,
+            "labels": {NODE_LABEL: node},
+            "annotations": {RESERVATIONS_ANNOTATION: json.dumps(payload)},
+        },
+        "spec": {},
+    }
+
+
+def reservation(
+    uid: str, pod: dict[str, Any], gpus: tuple[int, ...], *, holder: str = "other", expires: float
+) -> Reservation:
+    meta = pod["metadata"]
+    return Reservation(
+        uid=uid,
+        pod=f"{meta['namespace']}/{meta['name']}",
+        pod_uid=meta["uid"],
+        gpu_ids=gpus,
+        vram_mib=(),
+        exclusive=True,
+        expires=expires,
+        holder=holder,
+    )
+
+
+def expiry(clock: FakeClock, seconds: float = 60.0) -> float:
+    return clock.now().timestamp() + seconds
+
+
+def free_gpus(sched: Scheduler, node: str = NODE) -> list[int]:
+    info = sched.cache.node_info(node)
+    assert info is not None
+    return [d.index for d in info.ledger.devices if d.free]
+
+
+async def held_gpus(sim: SimCluster, node: str = NODE) -> list[int]:
+    """The GPUs the reservations in ``node``'s Lease hold, read from the API."""
+    lease = await sim.kube.get(f"{LEASES}/{LEASE_PREFIX}{node}")
+    payload = json.loads(lease["metadata"]["annotations"][RESERVATIONS_ANNOTATION])
+    return sorted(g for r in payload["r"].values() for g in r["gpus"])
+
+
+async def cycle(sched: Scheduler, pod: dict[str, Any]) -> SchedulingResult:
+    """Pop ``pod`` (it must be active), run its scheduling cycle and await its binding."""
+    info = sched.queue.pop_nowait()
+    assert info is not None
+    assert info.uid == pod["metadata"]["uid"], info
+    result = sched.schedule_one(info)
+    task = sched._binding.get(info.uid)
+    if task is not None:
+        await task
+    return result
+
+
+async def create_pods(sim: SimCluster, sched: Scheduler, *pods: dict[str, Any]) -> list[Any]:
+    """Create ``pods`` and let the scheduler's pods informer list them."""
+    created = [await sim.kube.create(PODS, pod) for pod in pods]
+    await sched.pods.list()
+    return created
+
+
+@contextlib.contextmanager
+def unknown_binding_outcome(sim: SimCluster) -> Iterator[None]:
+    """The Binding fails (before it is applied), and so does the read of the pod that would
+    tell whether it landed: the binding cycle cannot know the outcome."""
+    sim.faults.set(
+        [FaultRule("create", "pods/binding", 1.0, 500), FaultRule("get", "pods", 1.0, 500)]
+    )
+    try:
+        yield
+    finally:
+        sim.faults.clear()
+    assert sim.faults.injected[("create", 500)] >= 1
+    assert sim.faults.injected[("get", 500)] >= 1
+
+
+# ------------------------------------------------------ phantoms (handlers only, no API)
+
+
+def test_phantom_is_counted_when_its_lease_arrives_before_its_node() -> None:
+    """Informers sync concurrently: at start-up (or when a node joins) the reservations Lease
+    can be handled before the Node. The reservation must be counted once the Node arrives, or
+    the cache shows another replica's in-flight GPUs as free for as long as it lives."""
+    clock = FakeClock()
+    sched = scheduler(Kube(cast(Any, None)), clock)
+    pod = gpu_pod("p", 2, uid="uid-p")
+    r = reservation("r-a", pod, (0, 1), expires=expiry(clock))
+    sched._on_lease("ADDED", lease_object(NODE, r), None)  # the Lease first
+    add_nodes(sched)  # then the Node
+    sched._on_pod("ADDED", pod, None)
+    assert free_gpus(sched) == [2, 3], "reservation r-a of another replica is not counted"
+
+
+def test_own_dead_reservation_does_not_become_a_phantom() -> None:
+    """A reservation this replica knows holds nothing (``_dead``: its bind failed, the release
+    is pending or failed) must not become a phantom of its own pod when its Lease event arrives
+    after the failure was handled; else this replica cannot assume the pod (CacheError at
+    assume, requeue with backoff) until a write or the collector prunes it."""
+    clock = FakeClock()
+    sched = handlers_only(clock)
+    pod = gpu_pod("p", 1, uid="uid-p")
+    sched._on_pod("ADDED", pod, None)
+    r = reservation("r-dead", pod, (0,), holder="me", expires=expiry(clock))
+    sched._dead[r.uid] = None  # _bind_failed marked it before the Lease event came in
+    sched._on_lease("ADDED", lease_object(NODE, r), None)
+    assert sched.cache.get_pod(_phantom_key("r-dead")) is None, "dead reservation assumed"
+    assert free_gpus(sched) == [0, 1, 2, 3]
+
+
+def test_stale_phantom_entry_forgets_our_own_inflight_assumption() -> None:
+    """A phantom that leaves the cache other than through ``_drop_phantom`` (the assumed-pod
+    TTL) must not leave bookkeeping behind: if this replica then assumes the same pod itself,
+    the old reservation leaving its Lease must not forget *our* in-flight assumption (its GPUs
+    would look free while our Binding is in flight: "a bind in flight never loses its
+    devices")."""
+    clock = FakeClock()
+    sched = handlers_only(clock)
+    pod = gpu_pod("p", 1, uid="uid-p")
+    uid = pod["metadata"]["uid"]
+    r = reservation("r-a", pod, (0,), expires=expiry(clock, 3600))
+    sched._on_lease("ADDED", lease_object(NODE, r, rv="1"), None)
+    assert sched.cache.is_assumed(_phantom_key("r-a"))  # under a key of its own
+    clock._t += 16 * 60  # the assumed-pod TTL (15 min) passes
+    assert sched.cache.cleanup_expired_assumed_pods() == [_phantom_key("r-a")]
+    # Our own decision for the pod, its binding cycle in flight.
+    sched.cache.assume_pod(pod, NODE, Assignment((0,), (), (), "r-ours"))
+    assert sched.cache.is_assumed(uid)
+    # Later the old reservation leaves the Lease (pruned by someone).
+    sched._on_lease("MODIFIED", lease_object(NODE, rv="2"), lease_object(NODE, r, rv="1"))
+    assert sched.cache.is_assumed(uid), "our in-flight assumption was forgotten"
+
+
+def test_phantom_bookkeeping_is_dropped_when_the_pod_is_deleted() -> None:
+    """Deleting a pod whose phantom exists forgets the phantom and its ``_phantoms`` and
+    ``_phantom_pods`` entries (not only once the reservation leaves the Lease: a leak, and the
+    source of the stale entry above)."""
+    clock = FakeClock()
+    sched = handlers_only(clock)
+    pod = gpu_pod("p", 1, uid="uid-p")
+    uid = pod["metadata"]["uid"]
+    sched._on_pod("ADDED", pod, None)
+    r = reservation("r-a", pod, (0,), expires=expiry(clock))
+    sched._on_lease("ADDED", lease_object(NODE, r), None)
+    assert sched.cache.is_assumed(_phantom_key("r-a"))
+    sched._on_pod("DELETED", pod, pod)
+    assert sched.cache.get_pod(_phantom_key("r-a")) is None
+    assert uid not in sched._phantom_pods
+    assert r.uid not in sched._phantoms
+
+
+# ------------------------------------------------ the scheduling cycle (no API either)
+
+
+class Gate(PermitPlugin, EnqueueExtensions):
+    """Rejects every pod at Permit (a gang whose quorum is not there yet, say)."""
+
+    NAME = "Gate"
+
+    def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status, float]:
+        return Status.unschedulable("no quorum", plugin=self.NAME), 0.0
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [ClusterEventWithHint(ClusterEvent("Pod", ActionType.ADD))]
+
+
+async def test_permit_rejection_waits_in_unschedulable() -> None:
+    """A pod rejected at Permit waits in unschedulable for an event its rejecting plugin
+    registered. Forgetting the assumed pod must not emit a Pod/Delete within the pod's own
+    cycle: the queue would record a move request at that cycle and ``add_unschedulable`` would
+    send the pod to backoff (retried every 1..10 s), and every other pod rejected by GPUFit or
+    NodeResourcesFit would be woken for nothing."""
+    registry = in_tree()
+    registry.register(Gate)
+    config = apply_default_plugins(
+        SchedulerConfiguration(
+            profiles=[Profile(plugins=Plugins(permit=PluginSet(enabled=[PluginRef(name="Gate")])))]
+        )
+    )
+    sched = handlers_only(FakeClock(), config=config, registry=registry)
+    pod = gpu_pod("p", 1, uid="uid-p")
+    sched._on_pod("ADDED", pod, None)
+    await cycle(sched, pod)
+    assert sched.queue.location(pod["metadata"]["uid"]) == "unschedulable"
+
+
+# ------------------------------------------- binding cycles, on the simulated cluster
+
+
+@pytest.mark.simonly
+async def test_unknown_binding_outcome_keeps_its_gpus_counted() -> None:
+    """A Binding that failed and whose outcome could not be read (UNKNOWN) keeps its
+    reservation in the Lease until it expires; the cache must go on counting those GPUs (the
+    pod may be bound with them), or the retry picks the same GPUs and its Lease write conflicts
+    with the pod's own old reservation again and again until that expires (lease duration +
+    grace, ~90 s by default). The Lease's own watch event is not delivered here: the cache
+    must not need it."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        sched = await synced(sim, clock)
+        (pod,) = await create_pods(sim, sched, gpu_pod("p", 1))
+        with unknown_binding_outcome(sim):
+            await cycle(sched, pod)
+        assert sched.failed_binds == 1
+        held = await held_gpus(sim)
+        assert len(held) == 1  # the reservation is kept: its Binding may have landed
+        assert held[0] not in free_gpus(sched), "the kept reservation's GPU looks free"
+
+
+@pytest.mark.simonly
+async def test_retry_after_unknown_outcome_is_not_blocked_by_its_own_reservation() -> None:
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        sched = await synced(sim, clock)
+        (pod,) = await create_pods(sim, sched, gpu_pod("p", 1))
+        with unknown_binding_outcome(sim):
+            await cycle(sched, pod)
+        clock._t += 30  # past the backoff
+        await cycle(sched, pod)
+        assert sched.scheduled == 1, (
+            f"retry failed: {sched.failed_binds} failed binds, "
+            f"{dict(sched.reservations.writes)} lease writes"
+        )
+        bound = await sim.kube.get(f"{PODS}/p")
+        assert bound["spec"]["nodeName"] == NODE
+
+
+@pytest.mark.simonly
+async def test_other_pods_do_not_pile_onto_gpus_an_unknown_bind_still_holds() -> None:
+    """The same hole seen from another pod: every pod that ranks the node first (a whole
+    equivalence class does) would get the GPU the Lease still holds: Lease conflict, retry."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        sched = await synced(sim, clock)
+        (p,) = await create_pods(sim, sched, gpu_pod("p", 1))
+        with unknown_binding_outcome(sim):
+            await cycle(sched, p)
+        (q,) = await create_pods(sim, sched, gpu_pod("q", 1))
+        await cycle(sched, q)
+        assert sched.scheduled == 1, f"q failed too: {sched.failed_binds} failed binds"
+
+
+@pytest.mark.simonly
+async def test_malformed_lease_does_not_strand_the_pod() -> None:
+    """A reservations Lease gpusched cannot read (written by a newer format version during an
+    upgrade, or damaged) makes ``ReservationWriter.read`` raise LeaseFormatError; the binding
+    cycle must fail like any other, not die: a dead task leaves the pod in flight in the queue
+    and assumed in the cache (binding never finished, so not even the TTL frees it) forever."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        await sim.kube.create(
+            LEASES,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": LEASE_PREFIX + NODE,
+                    "labels": {NODE_LABEL: NODE},
+                    "annotations": {RESERVATIONS_ANNOTATION: json.dumps({"v": 2, "r": {}})},
+                },
+                "spec": {},
+            },
+        )
+        sched = await synced(sim, clock)
+        (pod,) = await create_pods(sim, sched, gpu_pod("p", 1))
+        info = sched.queue.pop_nowait()
+        assert info is not None
+        sched.schedule_one(info)
+        task = sched._binding[info.uid]
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.exception() is None, f"binding task died: {task.exception()!r}"
+        uid = pod["metadata"]["uid"]
+        assert sched.queue.location(uid) != "in flight", "pod stranded in flight"
+        assert not sched.cache.is_assumed(uid), "assumed forever"
