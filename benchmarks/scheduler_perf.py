@@ -641,13 +641,13 @@ def print_tables(figures: dict[str, Any]) -> None:
     if inmem:
         print("In-memory scheduling cycle (no API), median of repeats")
         head = (
-            f"{'nodes':>6} {'profile':10} {'pods/s':>8} {'us/pod':>8} {'snapshot':>9} "
+            f"{'nodes':>6} {'profile':16} {'pods/s':>8} {'us/pod':>8} {'snapshot':>9} "
             f"{'placement':>10} {'commit':>7} {'evaluated':>10} {'feasible':>9}"
         )
         print(head)
         for r in inmem:
             print(
-                f"{r['nodes']:>6} {r['profile']:10} {r['pods_per_s']:>8,.0f} "
+                f"{r['nodes']:>6} {r['profile']:16} {r['pods_per_s']:>8,.0f} "
                 f"{r['us_per_pod']:>8,.0f} {r['snapshot_us']:>9,.0f} {r['placement_us']:>10,.0f} "
                 f"{r['commit_us']:>7,.0f} {r['nodes_evaluated']:>10,.0f} "
                 f"{r['nodes_feasible']:>9,.0f}"
@@ -661,7 +661,7 @@ def print_tables(figures: dict[str, Any]) -> None:
     if e2e:
         print("End to end: API server, scheduler and load generator in three processes")
         head = (
-            f"{'nodes':>6} {'profile':10} {'pods':>5} {'pods/s':>7} {'p50/s':>6} {'p99/s':>6} "
+            f"{'nodes':>6} {'profile':16} {'pods':>5} {'pods/s':>7} {'p50/s':>6} {'p99/s':>6} "
             f"{'create/s':>8} {'lat p50':>8} {'lat p99':>8} {'lease+bind':>10} "
             f"{'writes':>7} {'reads':>6} {'sched ms':>8} {'api ms':>7} {'load ms':>7}"
         )
@@ -669,7 +669,7 @@ def print_tables(figures: dict[str, Any]) -> None:
         for r in e2e:
             cpu = r["cpu_ms_per_pod"]
             print(
-                f"{r['nodes']:>6} {r['profile']:10} {r['scheduled']:>5} {r['pods_per_s']:>7,.0f} "
+                f"{r['nodes']:>6} {r['profile']:16} {r['scheduled']:>5} {r['pods_per_s']:>7,.0f} "
                 f"{r['throughput_p50']:>6,.0f} {r['throughput_p99']:>6,.0f} "
                 f"{r['create_per_s']:>8,.0f} {r['latency_p50_s']:>7.2f}s "
                 f"{r['latency_p99_s']:>7.2f}s {r['lease_binding_writes_per_pod']:>10.2f} "
