@@ -108,7 +108,11 @@ class LeaderElector:
                 await self._sleep_or_done(task)
                 if task.done():
                     break
-                if await self.try_acquire_or_renew():
+                # As client-go, the renewal is bounded by what is left of renewDeadline: a
+                # request that hangs must not keep a leader believing it leads after a
+                # standby may have taken over.
+                left = self.config.renew_deadline - (self.clock.monotonic() - renewed_at)
+                if await self.try_acquire_or_renew(timeout=max(left, 0.001)):
                     renewed_at = self.clock.monotonic()
                 elif self.clock.monotonic() - renewed_at >= self.config.renew_deadline:
                     raise LeadershipLost(
@@ -177,11 +181,13 @@ class LeaderElector:
         log.info("%s: released the lease %s", self.identity, self._path)
         return True
 
-    async def try_acquire_or_renew(self) -> bool:
-        """One attempt (client-go's tryAcquireOrRenew); True when this candidate leads."""
+    async def try_acquire_or_renew(self, timeout: float | None = None) -> bool:
+        """One attempt (client-go's tryAcquireOrRenew); True when this candidate leads. Each
+        request is given ``timeout`` seconds (default ``renew_deadline``)."""
+        timeout = self.config.renew_deadline if timeout is None else timeout
         now = _micro(self.clock)
         try:
-            lease: dict[str, Any] = await self.kube.get(self._path)
+            lease: dict[str, Any] = await self.kube.request("GET", self._path, timeout=timeout)
         except APINotFound:
             self.lease_readable = True
             body = {
@@ -192,7 +198,9 @@ class LeaderElector:
             }
             self._may_hold = True
             try:
-                await self.kube.create(self._path.rsplit("/", 1)[0], body)
+                await self.kube.request(
+                    "POST", self._path.rsplit("/", 1)[0], body=body, timeout=timeout
+                )
             except APIError as exc:
                 log.info("%s: could not create the lease: %s", self.identity, exc)
                 return self._lose()
@@ -221,7 +229,7 @@ class LeaderElector:
         lease["spec"] = self._spec(acquired, now, transitions)
         self._may_hold = True
         try:
-            await self.kube.replace(self._path, lease)
+            await self.kube.request("PUT", self._path, body=lease, timeout=timeout)
         except APIConflict:
             return self._lose()
         except APIError as exc:

@@ -462,6 +462,12 @@ class Scheduler:
 
         return self.queue.on_event(event, hint)
 
+    def _on_assumed_expired(self, uids: list[str]) -> None:
+        """Assumed pods (or phantoms) the cache gave up on after its TTL: their devices are
+        free, so every pod waiting for a deletion may try again."""
+        log.warning("assumed pods expired without being seen bound: %s", ", ".join(uids))
+        self.queue.on_event("Pod/Delete")
+
     def _forget_binding(self, uid: str) -> None:
         self._binding.pop(uid, None)
 
@@ -485,7 +491,12 @@ class Scheduler:
             log.info("%s: informers synced; scheduling", self.identity)
             self.ready.set()
             tasks.append(asyncio.create_task(self.queue.run(), name="queue-flush"))
-            tasks.append(asyncio.create_task(self.cache.run_cleanup(), name="cache-cleanup"))
+            tasks.append(
+                asyncio.create_task(
+                    self.cache.run_cleanup(on_expired=self._on_assumed_expired),
+                    name="cache-cleanup",
+                )
+            )
             tasks.append(asyncio.create_task(self._collect_reservations(), name="reservation-gc"))
             tasks.append(asyncio.create_task(self._publish_gpu_metrics(), name="gpu-metrics"))
             await self._loop()

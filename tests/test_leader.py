@@ -237,3 +237,20 @@ async def test_the_lease_duration_is_written_in_whole_seconds_rounded_up(
     assert await a.try_acquire_or_renew()  # creates the Lease
     assert await a.try_acquire_or_renew()  # renews it
     assert (await lease_of(sim))["leaseDurationSeconds"] == seconds
+
+
+async def test_a_renewal_that_hangs_is_cut_at_what_is_left_of_the_renew_deadline(
+    sim: SimCluster,
+) -> None:
+    """client-go bounds the renewal by RenewDeadline; a hanging request must not outlive it
+    (a standby could take over meanwhile). The API server stalls every request five times longer
+    than the deadline: the attempt fails at its timeout instead of hanging."""
+    clock = FakeClock()
+    config = LeaderElectionConfig(renew_deadline=0.2, retry_period=0.05)
+    elector = LeaderElector(Kube(sim.api_client()), "a", clock=clock, config=config)
+    assert await elector.try_acquire_or_renew()
+    sim.faults.set(latency=1.0)  # five times the deadline
+    try:
+        assert not await elector.try_acquire_or_renew(timeout=0.2)
+    finally:
+        sim.faults.clear()

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from gpusched.annotations import GPU_IDS, Assignment
@@ -343,11 +343,16 @@ class SchedulerCache:
             self._remove(uid, state)
         return expired
 
-    async def run_cleanup(self, period: float = 1.0) -> None:
-        """Expire assumed pods every ``period`` seconds of the cache's clock, until cancelled."""
+    async def run_cleanup(
+        self, period: float = 1.0, on_expired: Callable[[list[str]], None] | None = None
+    ) -> None:
+        """Expire assumed pods every ``period`` seconds of the cache's clock, until cancelled;
+        ``on_expired`` is told the UIDs expired in a round (their devices are free again)."""
         while True:
             await self._clock.sleep(period)
-            self.cleanup_expired_assumed_pods()
+            expired = self.cleanup_expired_assumed_pods()
+            if expired and on_expired is not None:
+                on_expired(expired)
 
     def is_assumed(self, uid: str) -> bool:
         return uid in self._assumed

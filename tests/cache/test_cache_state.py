@@ -149,10 +149,12 @@ async def test_no_ttl_never_expires(clock: FakeClock) -> None:
 async def test_run_cleanup_expires_on_the_clock(cache: SchedulerCache, clock: FakeClock) -> None:
     cache.assume_pod(make_pod("p").gpus(1).obj(), "n1", a(0))
     cache.finish_binding("uid-p")
-    task = asyncio.create_task(cache.run_cleanup(1.0))
+    told: list[list[str]] = []
+    task = asyncio.create_task(cache.run_cleanup(1.0, on_expired=told.append))
     await clock.wait_for_sleepers(1)
     await clock.advance(TTL + 2)
     assert cache.pod_count == 0
+    assert told == [["uid-p"]]  # so the scheduler can wake the pods waiting for devices
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
