@@ -8,16 +8,26 @@ queue. Nothing is scheduled before every informer has synced, so after a restart
 scheduler's state is rebuilt from the pods' assignment annotations and the Leases first.
 
 **The scheduling cycle** (``schedule_one``) is serial and never awaits: pop a pod, update the
-frozen snapshot, run PreFilter, Filter over the nodes (starting where the previous cycle
-stopped, and stopping once enough feasible nodes are found: ``percentageOfNodesToScore``),
-Score, pick the best node and the GPU set GPUFit chose on it, *assume* the pod in the cache
-(the next cycle sees those GPUs as taken), Reserve, Permit, then start the binding cycle.
+frozen snapshot, run PreFilter, then either ask the pod's equivalence class
+(``gpusched.equivalence``: pods with equal signatures share one ranking of all nodes, of which
+only the nodes changed since are re-evaluated) or, for a pod no class serves, Filter over the
+nodes (starting where the previous cycle stopped, and stopping once enough feasible nodes are
+found: ``percentageOfNodesToScore``) and Score; pick the best node and the GPU set GPUFit chose
+on it, *assume* the pod in the cache (the next cycle sees those GPUs as taken), Reserve,
+Permit, then start the binding cycle.
 
 **The binding cycle** is an asyncio task per pod: wait on Permit, write the reservation into
 the node's Lease (optimistic concurrency; ``gpusched.reservations``), PreBind, Bind (the
 Binding carries the decision as annotations), PostBind. A failure anywhere unreserves, forgets
-the assumed pod, releases the reservation and sends the pod back to the queue with backoff;
-a pod whose bind keeps failing backs off exponentially, so it never starves the others.
+the assumed pod and sends the pod back to the queue with backoff (a pod whose bind keeps
+failing backs off exponentially, so it never starves the others). A failed Binding is first
+checked against the pod, since it may have landed: its reservation is released only once the
+pod is known not to hold it (``_binding_outcome``, ``_bind_failed``).
+
+**Other replicas' reservations** seen in the Leases before their pods show up bound are
+counted in the cache as *phantoms* (``_add_phantom``), and **cluster events** reach the queue
+with the plugins' queueing hints (``_emit``), so an unschedulable pod is retried when something
+it waits for changed.
 
 Telling users why: a pod that fits nowhere gets a ``FailedScheduling`` Event and a
 ``PodScheduled=False`` condition with kube-scheduler's summary ("0/12 nodes are available:
@@ -170,6 +180,14 @@ def _scheduling_properties(node: Mapping[str, Any]) -> tuple[Any, ...]:
         status.get("allocatable"),
         conditions,
     )
+
+
+def _assignment(state: CycleState, node: str) -> Assignment | None:
+    """The GPUs GPUFit chose on ``node`` this cycle (no reservation uid yet), if any."""
+    from gpusched.plugins.gpu_fit import choice_for
+
+    choice = choice_for(state, node)
+    return choice.to_assignment() if choice is not None else None
 
 
 def _phantom_key(reservation_uid: str) -> str:
@@ -601,7 +619,8 @@ class Scheduler:
     def find_placement(
         self, fw: Framework, state: CycleState, pod: dict[str, Any]
     ) -> SchedulingResult:
-        """PreFilter, Filter (adaptive node sampling), Score, select; pure and synchronous."""
+        """PreFilter, then the pod's equivalence class or Filter (adaptive node sampling) and
+        Score; select. Pure and synchronous."""
         pre, status = fw.run_pre_filter(state, pod)
         all_nodes = self.snapshot.node_infos()
         if not status.is_success:
@@ -663,28 +682,18 @@ class Scheduler:
                     if self.rng.randrange(ties) == 0:
                         chosen_name = node_score.name
             chosen = next(ni for ni in feasible if ni.name == chosen_name)
-        from gpusched.plugins.gpu_fit import choice_for
-
-        choice = choice_for(state, chosen.name)
-        assignment = None
-        if choice is not None:
-            assignment = Assignment(choice.gpu_ids, choice.uuids, choice.vram_mib, "")
         return SchedulingResult(
-            chosen.name, assignment, evaluated=evaluated, feasible=len(feasible)
+            chosen.name,
+            _assignment(state, chosen.name),
+            evaluated=evaluated,
+            feasible=len(feasible),
         )
 
     @staticmethod
     def _placed(state: CycleState, placed: Placement) -> SchedulingResult:
-        assignment = None
-        if placed.node is not None:
-            from gpusched.plugins.gpu_fit import choice_for
-
-            choice = choice_for(state, placed.node)
-            if choice is not None:
-                assignment = Assignment(choice.gpu_ids, choice.uuids, choice.vram_mib, "")
         return SchedulingResult(
             placed.node,
-            assignment,
+            _assignment(state, placed.node) if placed.node is not None else None,
             statuses=placed.statuses,
             status=placed.status,
             evaluated=placed.evaluated,
