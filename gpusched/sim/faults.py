@@ -150,8 +150,8 @@ def parse_faults(spec: str) -> Faults:
                 code = LOST if code_text == "lost" else int(code_text or "500")
                 if not 0 <= fraction <= 1:
                     raise ValueError("the fraction must be between 0 and 1")
-                if code not in _CODES:
-                    raise ValueError(f"code {code} is not one of 409, 429, 500")
+                if code not in _CODES or (code == LOST and code_text != "lost"):
+                    raise ValueError(f"code {code_text!r} is not one of 409, 429, 500, lost")
                 faults.rules.append(FaultRule(verb, resource, fraction, code))
         except ValueError as exc:
             raise ValueError(f"fault {part!r}: {exc}") from None
