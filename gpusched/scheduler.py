@@ -443,13 +443,14 @@ class Scheduler:
             self.queue.delete(pod)
             self._drop_phantoms_of(uid, wake=False)  # the pod's own booking takes over
             self.cache.update_pod(pod)
-            was_running = (
-                old is not None and (old.get("status") or {}).get("phase") not in _TERMINAL
-            )
             if phase in _TERMINAL:
                 self._mark_gone(uid)
-                if was_running:
-                    self._emit("Pod/Update", old, pod)
+                before = (old.get("status") or {}).get("phase") if old is not None else None
+                if before not in _TERMINAL:
+                    if old is not None and (old.get("spec") or {}).get("nodeName"):
+                        self._emit("Pod/Update", old, pod)
+                    else:  # bound and finished unseen (a watch gap): its devices are free
+                        self._emit("Pod/Delete", pod, None)
             return
         if spec.get("schedulerName") not in self.frameworks:
             return

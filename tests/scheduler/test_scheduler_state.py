@@ -345,6 +345,32 @@ async def test_permit_rejection_waits_in_unschedulable() -> None:
     assert sched.queue.location(pod["metadata"]["uid"]) == "unschedulable"
 
 
+async def test_a_pod_bound_and_finished_within_a_watch_gap_frees_its_gpus_for_waiters() -> None:
+    """Another replica reserved all four GPUs for a pod this replica saw pending (a phantom
+    holds them), so a second pod waits as unschedulable. After a watch gap the informer
+    reports the first pod bound *and* finished in one MODIFIED whose old object has no node:
+    its GPUs are free, and the waiting pod must be woken (the plugins' hints look for a bound
+    pod that went away, which the old object is not)."""
+    clock = FakeClock()
+    sched = handlers_only(clock)
+    holder = gpu_pod("holder", 4, uid="uid-holder")
+    sched._on_pod("ADDED", holder, None)
+    sched.queue.delete(holder)  # another replica is scheduling it, not this one
+    r = reservation("r-other", holder, (0, 1, 2, 3), expires=expiry(clock))
+    sched._on_lease("ADDED", lease_object(NODE, r), None)
+    assert free_gpus(sched) == []
+    waiting = gpu_pod("waiting", 1, uid="uid-waiting")
+    sched._on_pod("ADDED", waiting, None)
+    await cycle(sched, waiting)
+    assert sched.queue.location("uid-waiting") == "unschedulable"
+    finished = json.loads(json.dumps(holder))
+    finished["spec"]["nodeName"] = NODE
+    finished["status"] = {"phase": "Succeeded"}
+    sched._on_pod("MODIFIED", finished, holder)
+    assert free_gpus(sched) == [0, 1, 2, 3]
+    assert sched.queue.location("uid-waiting") in ("active", "backoff")
+
+
 # ------------------------------------------- binding cycles, on the simulated cluster
 
 
