@@ -180,3 +180,20 @@ async def test_racing_writers_never_double_book(kube: Kube, seed: int) -> None:
     written = {uid for obj in leases["items"] for uid in NodeLease.from_object(obj).reservations}
     assert {uid for _, uid, _ in granted} == written
     assert granted
+
+
+async def test_reservations_arriving_during_a_write_share_the_next_one(kube: Kube) -> None:
+    """Group commit: eight binds to one node at once cost the first write plus one for the
+    seven that queued behind it; a reservation whose GPU is taken fails alone."""
+    w = writer(kube, "a")
+    first = w.new_reservation("r0", "default/p0", "u0", [0], [1])
+    rest = [w.new_reservation(f"r{i}", f"default/p{i}", f"u{i}", [i], [1]) for i in range(1, 8)]
+    clash = w.new_reservation("rx", "default/px", "ux", [3], [1])  # GPU 3 is r3's
+    results = await asyncio.gather(
+        *(w.reserve("node-1", r) for r in (first, *rest, clash)), return_exceptions=True
+    )
+    assert all(not isinstance(r, BaseException) for r in results[:8]), results
+    assert isinstance(results[8], ReservationConflict)
+    assert sum(w.writes.values()) == 2  # not 8
+    lease = await w.read("node-1")
+    assert set(lease.reservations) == {f"r{i}" for i in range(8)}
