@@ -7,10 +7,11 @@ from its own cache, which can lag the API; the API server's optimistic concurren
 arbiter both see. So before a pod is bound, the devices it got are written into a Lease with a
 ``resourceVersion`` precondition: of two replicas racing for the same node, one write lands and
 the other gets 409, re-reads the Lease, sees the devices taken and gives up (the pod goes back
-to the queue). One Lease per node keeps it to **one Lease write per scheduled pod** (a pod's
-devices are all on one node; a per-device layout would need one write per GPU) and contention
-is confined to pods racing for the same node. With the Binding that carries the decision as
-annotations, a scheduled pod costs two API writes.
+to the queue). One Lease per node keeps it to **at most one Lease write per scheduled pod** (a
+pod's devices are all on one node; a per-device layout would need one write per GPU), fewer
+when several pods go to one node at once (group commit, ``ReservationWriter.reserve``), and
+contention is confined to pods racing for the same node. With the Binding that carries the
+decision as annotations, a scheduled pod costs at most two API writes.
 
 Layout::
 
