@@ -140,8 +140,6 @@ class EquivalenceCache:
         """Signature -> the snapshot membership at which its class was given up."""
         self.hits = 0
         """Cycles answered by a class."""
-        self.builds = 0
-        """Classes built (or rebuilt after nodes joined or left)."""
 
     def __len__(self) -> int:
         return len(self._classes)
@@ -176,7 +174,6 @@ class EquivalenceCache:
             cls.clear()
             changed: Iterable[NodeInfo] = snapshot.node_infos()
             cls.membership = snapshot.membership
-            self.builds += 1
         else:
             changed = snapshot.changed_since(cls.generation)
         cls.generation = snapshot.generation

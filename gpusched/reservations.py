@@ -49,7 +49,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpusched.kube.client import Kube, resource_path
-from gpusched.kube.errors import APIConflict, APINotFound
+from gpusched.kube.errors import (
+    APIConflict,
+    APIError,
+    APINotFound,
+    APIServerError,
+    APITooManyRequests,
+)
 
 __all__ = [
     "LEASE_PREFIX",
@@ -391,7 +397,9 @@ class ReservationWriter:
         ``ReservationConflict`` for all when the Lease keeps changing."""
         newest = self._newest(node, known)
         current = newest if newest is not None else await self.read(node)
+        transient: APIError | None = None
         for _attempt in range(self.max_attempts):
+            transient = None
             # Entries are never dropped for being "the same pod's": an older reservation of the
             # pod may be the one it is bound with (a Binding whose response was lost), or
             # another replica's that bound it. Only what ``prunable`` vouches for goes.
@@ -437,8 +445,18 @@ class ReservationWriter:
                 self.conflicts += 1
                 current = await self.read(node)
                 continue
+            except (APIServerError, APITooManyRequests) as exc:
+                # Transient, and maybe applied: read again and retry (a landed write shows
+                # our own entries, which validate against themselves). Not retried, one
+                # error would fail every reservation of the batch.
+                log.info("node %s: writing the reservations Lease: %s; retrying", node, exc)
+                transient = exc
+                current = await self.read(node)
+                continue
             self._wrote(verb)
             return NodeLease.from_object(written), failed
+        if transient is not None:
+            raise transient
         raise ReservationConflict(
             f"node {node}: the reservations Lease kept changing under {self.max_attempts} attempts"
         )

@@ -270,6 +270,7 @@ class Scheduler:
         self._dead: OrderedDict[str, None] = OrderedDict()
         # Phantoms (see _add_phantom): reservation uid -> its pod's uid, and back.
         self._phantoms: dict[str, str] = {}
+        self._conflicts_counted = 0  # ReservationWriter.conflicts already in the metric
         self._phantom_pods: dict[str, set[str]] = {}
         self.reservation_gc_period = reservation_gc_period
         self.reservation_grace = reservation_grace
@@ -463,13 +464,13 @@ class Scheduler:
         if info.error:
             self.events.failed_scheduling(pod, info.error)
 
-    def _emit(self, event: str, old: Any, new: Any) -> int:
+    def _emit(self, event: str, old: Any, new: Any) -> None:
         """Tell the queue of a cluster event: it moves the unschedulable pods that a plugin
         which rejected them registered for, and whose queueing hint says the event may help
         (upstream's ``MoveAllToActiveOrBackoffQueue`` with queueing hints)."""
         by_plugin = self._hints.get(event)
         if not by_plugin:
-            return 0
+            return
 
         def hint(info: QueuedPodInfo) -> bool:
             plugins = info.unschedulable_plugins | info.pending_plugins
@@ -479,13 +480,22 @@ class Scheduler:
                         return True
             return not plugins
 
-        return self.queue.on_event(event, hint)
+        self.queue.on_event(event, hint)
 
     def _on_assumed_expired(self, uids: list[str]) -> None:
         """Assumed pods (or phantoms) the cache gave up on after its TTL: their devices are
         free, so every pod waiting for a deletion may try again."""
         log.warning("assumed pods expired without being seen bound: %s", ", ".join(uids))
         self.queue.on_event("Pod/Delete")
+
+    def _count_lease_conflicts(self) -> None:
+        """Move the writer's 409s since the last call into the metric. A global running
+        difference, not one per binding cycle: with group commit several cycles wait on one
+        write, and each would count its conflicts again."""
+        total = self.reservations.conflicts
+        if total > self._conflicts_counted:
+            self.metrics.lease_conflicts.inc(total - self._conflicts_counted)
+            self._conflicts_counted = total
 
     def _forget_binding(self, uid: str) -> None:
         self._binding.pop(uid, None)
@@ -751,15 +761,12 @@ class Scheduler:
                         assignment.gpu_ids,
                         assignment.vram_mib,
                     )
-                    conflicts_before = self.reservations.conflicts
                     try:
                         await self.reservations.reserve(
                             node, reserved, known=self.leases.get(node), prunable=self._prunable
                         )
                     finally:
-                        lost = self.reservations.conflicts - conflicts_before
-                        if lost:
-                            self.metrics.lease_conflicts.inc(lost)
+                        self._count_lease_conflicts()
                 status = await fw.run_pre_bind(state, pod, node)
                 if not status.is_success:
                     raise _BindFailure("prebind", status.message())
@@ -860,6 +867,7 @@ class Scheduler:
                 self._dead.popitem(last=False)
             with contextlib.suppress(APIError, LeaseFormatError):
                 await self.reservations.release(node, [reserved.uid])
+            self._count_lease_conflicts()
 
     async def _binding_outcome(
         self, pod: dict[str, Any], node: str, assignment: Assignment
@@ -922,6 +930,7 @@ class Scheduler:
                 if stale:
                     with contextlib.suppress(APIError, LeaseFormatError):
                         await self.reservations.release(node, stale)
+                    self._count_lease_conflicts()
 
 
 class _Outcome(enum.Enum):

@@ -18,7 +18,8 @@ from gpusched.reservations import (
     ReservationWriter,
     lease_name,
 )
-from gpusched.sim import SimCluster
+from gpusched.sim import FaultRule, SimCluster
+from gpusched.sim.faults import LOST, Faults
 
 NS = "gpusched-system"
 
@@ -197,3 +198,23 @@ async def test_reservations_arriving_during_a_write_share_the_next_one(kube: Kub
     assert sum(w.writes.values()) == 2  # not 8
     lease = await w.read("node-1")
     assert set(lease.reservations) == {f"r{i}" for i in range(8)}
+
+
+@pytest.mark.parametrize("code", [500, LOST])
+async def test_a_transient_error_on_the_lease_write_is_retried(code: int) -> None:
+    """A 500 before the write, or a write applied and answered 504 (``lost``): the writer reads
+    the Lease again and retries, rather than failing every reservation of its batch; an applied
+    write shows the reservation, which validates against itself."""
+    # Seeded so that the first Lease update meets the fault and the second does not.
+    faults = Faults([FaultRule("update", "leases", 0.5, code)], seed=1)
+    async with SimCluster(None, kubelets=False, faults=faults) as sim:
+        await sim.kube.create(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        )
+        w = writer(sim.kube, "a")
+        await w.reserve("node-1", w.new_reservation("r0", "default/p0", "u0", [0], [1]))  # create
+        lease = await w.reserve("node-1", w.new_reservation("r1", "default/p1", "u1", [1], [1]))
+        assert faults.total() == 1
+        assert set(lease.reservations) == {"r0", "r1"}
+        assert set((await w.read("node-1")).reservations) == {"r0", "r1"}
