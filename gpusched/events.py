@@ -1,37 +1,68 @@
-"""Telling users why: pod Events and the ``PodScheduled`` condition.
+"""Telling users why: Events and the pod's ``PodScheduled`` condition, none lost to a burst.
 
-``FailedScheduling`` (Warning) and ``Scheduled`` (Normal) events are written as core/v1
-Events by ``reportingController: gpusched``, as kube-scheduler writes them, so
-``kubectl describe pod`` shows them. They are best effort and asynchronous: a bounded queue
-feeds one writer task, and under pressure events are dropped (counted) rather than slowing
-scheduling. A pending pod does not flood the API: a ``FailedScheduling`` with the same message
-as the last one for that pod is not written again within ``repeat_interval`` (5 minutes), and
-the ``PodScheduled=False`` condition is only patched when its reason or message changes.
+``Scheduled`` (Normal) and ``FailedScheduling`` (Warning) are written as core/v1 Events by
+``reportingController: gpusched``, as kube-scheduler writes them, so ``kubectl describe pod``
+shows them; ``eventf`` writes one about any object for plugins. Nothing here blocks the
+scheduler: a call records the Event in memory (a few microseconds) and returns; writer tasks
+(``run()``) write it later. Events trail the binding; they are not lost to a burst.
 
-``on_write(resource, verb)`` is told of each write that succeeded: ``("events", "create")`` and
-``("pods/status", "patch")`` (the scheduler's ``gpusched_api_writes_total``).
+- **Budget**, separate from scheduling's writes: ``concurrency`` writers (4) under a token
+  bucket of ``qps`` (50) refilled per second with ``burst`` (100), kube-scheduler's own event
+  client's defaults. A 2,000-pod burst has its Events written about 40 s after its first bind.
+- **Aggregation** (client-go's EventCorrelator): the same (object, type, reason, action,
+  message) seen again within ``aggregation_window`` (10 minutes) while its Event is among the
+  last ``cache_size`` (4,096, client-go's LRU) is one Event: its ``count`` and ``lastTimestamp``
+  are PATCHed (a repeat that arrives before the Event was written only raises the count it is
+  created with). A 404/409/410 on that PATCH creates the Event anew, as client-go does on 404.
+- **Spam filter**: a ``FailedScheduling`` with the same message as the last for that pod is not
+  recorded within ``repeat_interval`` (5 minutes); client-go's EventSourceObjectSpamFilter
+  (a token bucket per object: burst 25, one per 5 minutes) plays this part upstream. A pod
+  pending for an hour for one reason thus has one Event with ``count`` about 12.
+- **Errors**: 5xx, 429 and transport errors are retried, each try taking a token, after 1, 2,
+  4, 8 then 10 s (±25 %), at most ``max_tries`` (12, client-go's) times; client-go retries only
+  transport errors. Other 4xx are given up (a 409 on create is a lost answer: read back).
+- **Bounds**: at most ``max_pending`` (50,000) Events and conditions waiting; past it new ones
+  are dropped. Each waiting Event holds about 0.6 KB (30 MB at the bound).
+- **Metrics**: ``gpusched_events_pending``, ``gpusched_events_written_total{verb}``,
+  ``gpusched_events_aggregated_total`` and ``gpusched_events_dropped_total{reason}`` (reason:
+  ``queue_full``, ``rejected``, ``retries_exhausted``, ``shutdown``; upstream counts no drops).
+- **Shutdown**: ``drain(timeout)`` writes what waits, without the rate limit, for at most
+  ``timeout`` seconds; ``run()`` does so when cancelled (``drain_timeout``, 5 s).
+
+The ``PodScheduled=False`` condition goes through the same writers (the latest per pod), and is
+only patched when its reason or message changes. ``on_write(resource, verb)`` is told of each
+write that succeeded (``events`` create/patch, ``pods/status`` patch): the scheduler's
+``gpusched_api_writes_total``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpusched.clock import Clock
 from gpusched.kube.client import Kube, resource_path
-from gpusched.kube.errors import APIError, APINotFound
+from gpusched.kube.errors import (
+    APIConflict,
+    APIError,
+    APIGone,
+    APINotFound,
+    APIServerError,
+    APITooManyRequests,
+)
 
-__all__ = ["EventRecorder"]
+if TYPE_CHECKING:
+    from gpusched.metrics import Metrics
+
+__all__ = ["EventRecorder", "TokenBucket"]
 
 log = logging.getLogger(__name__)
 
 _STRATEGIC = "application/strategic-merge-patch+json"
-
 
 _names = random.Random()
 """Event name suffixes (client-go uses the time in hex): random, seeded once from the OS."""
@@ -45,7 +76,123 @@ def _micro(clock: Clock) -> str:
     return clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class TokenBucket:
+    """``qps`` tokens a second, at most ``burst`` saved (golang.org/x/time/rate's Wait).
+
+    ``take()`` reserves a token at once and sleeps on the clock until it is due, so callers are
+    served in order and the bucket may go negative by what is reserved.
+    """
+
+    def __init__(self, clock: Clock, qps: float, burst: int) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError("qps must be positive and burst at least 1")
+        self.clock = clock
+        self.qps = qps
+        self.burst = burst
+        self._tokens = float(burst)
+        self._at = clock.monotonic()
+
+    async def take(self) -> None:
+        now = self.clock.monotonic()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
+        self._at = now
+        self._tokens -= 1.0
+        if self._tokens < 0:
+            await self.clock.sleep(-self._tokens / self.qps)
+
+
+class _Event:
+    """One Event object: what it says, how many times, and what the server has of it."""
+
+    __slots__ = (
+        "action",
+        "busy",
+        "count",
+        "event_time",
+        "first",
+        "key",
+        "last",
+        "message",
+        "name",
+        "namespace",
+        "queued",
+        "reason",
+        "regarding",
+        "seen",
+        "tries",
+        "type",
+        "written",
+    )
+
+    def __init__(
+        self,
+        key: tuple[str, ...],
+        regarding: dict[str, str],
+        type_: str,
+        reason: str,
+        action: str,
+        message: str,
+        clock: Clock,
+    ) -> None:
+        self.key = key
+        self.regarding = regarding
+        self.namespace = regarding.get("namespace") or "default"
+        self.name = _name(regarding.get("name", ""))
+        self.type = type_
+        self.reason = reason
+        self.action = action
+        self.message = message
+        self.first = self.last = _ts(clock)
+        self.event_time = _micro(clock)
+        self.seen = clock.monotonic()
+        self.count = 1
+        self.written = 0  # the count the server has; 0: not created yet
+        self.queued = False
+        self.busy = False
+        self.tries = 0
+
+
+class _Condition:
+    """The ``PodScheduled=False`` condition to patch into a pod (the latest for that pod)."""
+
+    __slots__ = ("body", "busy", "name", "namespace", "queued", "tries", "uid")
+
+    def __init__(self, uid: str, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self.uid = uid
+        self.namespace = namespace
+        self.name = name
+        self.body = body
+        self.queued = False
+        self.busy = False
+        self.tries = 0
+
+
+_Item = _Event | _Condition
+
+
+def _name(base: str) -> str:
+    return f"{base[:200]}.{_names.getrandbits(64):016x}"
+
+
+def _pod_ref(pod: Mapping[str, Any]) -> dict[str, str]:
+    meta = pod["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": meta["name"],
+        "namespace": meta.get("namespace") or "default",
+        "uid": meta.get("uid", ""),
+        "resourceVersion": meta.get("resourceVersion", ""),
+    }
+
+
+def _retriable(exc: APIError) -> bool:
+    return isinstance(exc, APIServerError | APITooManyRequests)
+
+
 class EventRecorder:
+    """Events and pod conditions, recorded at once and written under their own budget."""
+
     def __init__(
         self,
         kube: Kube,
@@ -54,34 +201,63 @@ class EventRecorder:
         component: str = "gpusched",
         instance: str = "",
         repeat_interval: float = 300.0,
-        capacity: int = 10_000,
+        qps: float = 50.0,
+        burst: int = 100,
+        concurrency: int = 4,
+        max_pending: int = 50_000,
+        aggregation_window: float = 600.0,
+        cache_size: int = 4096,
+        max_tries: int = 12,
+        drain_timeout: float = 5.0,
         on_write: Callable[[str, str], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.kube = kube
         self.clock = clock
         self.component = component
         self.instance = instance or component
         self.repeat_interval = repeat_interval
+        self.concurrency = concurrency
+        self.max_pending = max_pending
+        self.aggregation_window = aggregation_window
+        self.cache_size = cache_size
+        self.max_tries = max_tries
+        self.drain_timeout = drain_timeout
         self.on_write = on_write
-        self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(capacity)
+        self.metrics = metrics
+        self.bucket = TokenBucket(clock, qps, burst)
+        self._queue: deque[_Item] = deque()
+        self._wake = asyncio.Event()
+        self._inflight = 0
+        self._unexpected = 0
+        self._events: OrderedDict[tuple[str, ...], _Event] = OrderedDict()  # aggregation
+        self._conditions: dict[str, _Condition] = {}  # pod uid -> waiting condition
         self._last: OrderedDict[str, tuple[str, float]] = OrderedDict()  # pod uid -> (msg, t)
         self.written = 0
-        self.dropped = 0
+        self.aggregated = 0
         self.suppressed = 0
+        self.dropped = 0
+        if metrics is not None:
+            metrics.events_pending.set_function(lambda: self.pending)
 
-    # -- what the scheduler calls (never awaits) ------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Events and conditions waiting to be written or being written."""
+        return len(self._queue) + self._inflight
+
+    # -- what the scheduler and plugins call (never awaits) -------------------------------
 
     def scheduled(self, pod: Mapping[str, Any], node: str) -> None:
         meta = pod["metadata"]
         message = f"Successfully assigned {meta.get('namespace')}/{meta['name']} to {node}"
-        self._enqueue_event(pod, "Normal", "Scheduled", "Binding", message)
-        self._last.pop(meta["uid"], None)
+        self._record(_pod_ref(pod), "Normal", "Scheduled", "Binding", message)
+        self._last.pop(meta.get("uid", ""), None)
 
     def failed_scheduling(
         self, pod: Mapping[str, Any], message: str, reason: str = "Unschedulable"
     ) -> None:
         """A pod could not be placed: an Event (unless repeated) and the pod condition."""
-        uid = pod["metadata"]["uid"]
+        uid = pod["metadata"].get("uid", "")
         now = self.clock.monotonic()
         last = self._last.get(uid)
         if last is not None and last[0] == message and now - last[1] < self.repeat_interval:
@@ -91,44 +267,66 @@ class EventRecorder:
         self._last.move_to_end(uid)
         while len(self._last) > 100_000:
             self._last.popitem(last=False)
-        self._enqueue_event(pod, "Warning", "FailedScheduling", "Scheduling", message)
-        self._enqueue_condition(pod, reason, message)
+        self._record(_pod_ref(pod), "Warning", "FailedScheduling", "Scheduling", message)
+        self._condition(pod, reason, message)
+
+    def eventf(
+        self, regarding: Mapping[str, Any], event_type: str, reason: str, action: str, message: str
+    ) -> None:
+        """An Event about any object (upstream's events.EventRecorder.Eventf without
+        ``related``): non-blocking, best effort, under this recorder's budget and aggregation.
+        A cluster-scoped object's Event goes to ``default``, as client-go puts it."""
+        meta = regarding.get("metadata") or {}
+        ref = {
+            "apiVersion": str(regarding.get("apiVersion", "")),
+            "kind": str(regarding.get("kind", "")),
+            "name": str(meta.get("name", "")),
+            "uid": str(meta.get("uid", "")),
+            "resourceVersion": str(meta.get("resourceVersion", "")),
+        }
+        if meta.get("namespace"):
+            ref["namespace"] = str(meta["namespace"])
+        self._record(ref, event_type, reason, action, message)
 
     def forget(self, uid: str) -> None:
         self._last.pop(uid, None)
 
-    def _enqueue_event(
-        self, pod: Mapping[str, Any], type_: str, reason: str, action: str, message: str
+    def _record(
+        self, regarding: dict[str, str], type_: str, reason: str, action: str, message: str
     ) -> None:
-        meta = pod["metadata"]
-        ns = meta.get("namespace") or "default"
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{_names.getrandbits(64):016x}", "namespace": ns},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": meta["name"],
-                "namespace": ns,
-                "uid": meta["uid"],
-                "resourceVersion": meta.get("resourceVersion", ""),
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": type_,
-            "action": action,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "reportingInstance": self.instance,
-            "firstTimestamp": _ts(self.clock),
-            "lastTimestamp": _ts(self.clock),
-            "eventTime": _micro(self.clock),
-            "count": 1,
-        }
-        self._put(("event", event))
+        message = message[:1024]
+        key = (
+            regarding.get("apiVersion", ""),
+            regarding.get("kind", ""),
+            regarding.get("namespace", ""),
+            regarding.get("name", ""),
+            regarding.get("uid", ""),
+            type_,
+            reason,
+            action,
+            message,
+        )
+        now = self.clock.monotonic()
+        event = self._events.get(key)
+        if event is not None and now - event.seen <= self.aggregation_window:
+            event.count += 1
+            event.last = _ts(self.clock)
+            event.seen = now
+            self._events.move_to_end(key)
+            self.aggregated += 1
+            if self.metrics is not None:
+                self.metrics.events_aggregated.inc()
+            if not (event.queued or event.busy):  # else the write under way carries the count
+                self._put(event)
+            return
+        event = _Event(key, regarding, type_, reason, action, message, self.clock)
+        if self._put(event):
+            self._events[key] = event
+            self._events.move_to_end(key)
+            while len(self._events) > self.cache_size:
+                self._events.popitem(last=False)  # no longer aggregated; still written
 
-    def _enqueue_condition(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
+    def _condition(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
         conditions = (pod.get("status") or {}).get("conditions") or []
         current = (reason, message)
         for c in conditions:
@@ -153,49 +351,187 @@ class EventRecorder:
                 ]
             },
         }
-        self._put(
-            ("condition", {"namespace": meta.get("namespace"), "name": meta["name"], "body": body})
-        )
+        waiting = self._conditions.get(meta["uid"])
+        if waiting is not None and waiting.queued:
+            waiting.body = body  # not written yet: the latest wins
+            return
+        item = _Condition(meta["uid"], meta.get("namespace") or "default", meta["name"], body)
+        if self._put(item):
+            self._conditions[item.uid] = item
 
-    def _put(self, item: tuple[str, dict[str, Any]]) -> None:
-        try:
-            self._queue.put_nowait(item)
-        except asyncio.QueueFull:
-            self.dropped += 1
+    def _put(self, item: _Item) -> bool:
+        if len(self._queue) >= self.max_pending:
+            self._drop("queue_full", 1)
+            return False
+        item.queued = True
+        self._queue.append(item)
+        self._wake.set()
+        return True
 
-    # -- the writer task --------------------------------------------------------------------
+    def _drop(self, reason: str, n: int) -> None:
+        self.dropped += n
+        if self.metrics is not None:
+            self.metrics.events_dropped.labels(reason).inc(n)
+
+    # -- the writers ----------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Write what is recorded, ``concurrency`` at a time under the token bucket, until
+        cancelled; then ``drain()`` for at most ``drain_timeout`` seconds."""
+        workers = [asyncio.create_task(self._work(draining=False)) for _ in range(self.concurrency)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            if self._queue and self.drain_timeout > 0:
+                await self.drain(self.drain_timeout)
+
+    async def drain(self, timeout: float = 5.0) -> None:
+        """Write what waits (graceful shutdown), ``concurrency`` at a time without the rate
+        limit, for at most ``timeout`` seconds (wall time); what is left is dropped
+        (``reason="shutdown"``)."""
+        workers = [asyncio.create_task(self._work(draining=True)) for _ in range(self.concurrency)]
+        try:
+            await asyncio.wait_for(asyncio.gather(*workers), timeout)
+        except TimeoutError:
+            pass
+        except Exception:  # the client is unusable (closed): give up on the rest
+            log.exception("could not drain the Events")
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        if self._queue:
+            log.warning("shutting down with %d Events not written", len(self._queue))
+            self._drop("shutdown", len(self._queue))
+            for item in self._queue:
+                item.queued = False
+            self._queue.clear()
+
+    async def _work(self, *, draining: bool) -> None:
         while True:
-            kind, item = await self._queue.get()
+            if not self._queue:
+                if draining:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            item = self._queue.popleft()
+            item.queued = False
+            item.busy = True
+            self._inflight += 1
             try:
-                if kind == "event":
-                    await self._create_event(item)
-                else:
-                    path = resource_path(
-                        "", "v1", "pods", item["namespace"], item["name"], "status"
-                    )
-                    await self.kube.patch(path, item["body"], _STRATEGIC)
-                    self._wrote("pods/status", "patch")
+                await self._deliver(item, draining)
+            except BaseException:  # cancelled, or the client broke while draining
+                item.queued = True  # not written (or written again: idempotent, see _write)
+                self._queue.appendleft(item)
+                raise
+            finally:
+                item.busy = False
+                self._inflight -= 1
+            if isinstance(item, _Event) and item.written and item.count > item.written:
+                self._put(item)  # repeated while it was written: patch the count
+
+    async def _deliver(self, item: _Item, draining: bool) -> None:
+        item.tries = 0
+        while True:
+            if not draining:
+                await self.bucket.take()
+            try:
+                await self._write(item)
+                return
             except APINotFound:
-                pass  # the pod (or its namespace) is gone: nothing to tell
+                if isinstance(item, _Condition):
+                    self._forget_condition(item)
+                    return  # the pod is gone: nothing to tell
+                self._give_up(item, "rejected", "its namespace is gone")
+                return
             except APIError as exc:
-                log.info("could not record %s: %s", kind, exc)
+                if not _retriable(exc):
+                    self._give_up(item, "rejected", str(exc))
+                    return
+                item.tries += 1
+                if item.tries >= self.max_tries:
+                    self._give_up(item, "retries_exhausted", str(exc))
+                    return
+                if not draining:
+                    delay = max(min(2.0 ** (item.tries - 1), 10.0), exc.retry_after)
+                    await self.clock.sleep(delay * _names.uniform(0.75, 1.25))
+            except Exception as exc:
+                if draining:
+                    raise  # a broken client at shutdown: drain() gives up on the rest
+                self._unexpected += 1  # never let one Event stop the writers; log a few
+                if self._unexpected in (1, 10, 100) or self._unexpected % 1000 == 0:
+                    log.exception("could not record an Event (%d so far)", self._unexpected)
+                self._give_up(item, "rejected", str(exc))
+                return
 
-    async def drain(self) -> None:
-        """Write what is queued (graceful shutdown); gives up on errors."""
-        while not self._queue.empty():
-            with contextlib.suppress(APIError):
-                kind, item = self._queue.get_nowait()
-                if kind == "event":
-                    await self._create_event(item)
+    def _give_up(self, item: _Item, reason: str, why: str) -> None:
+        if isinstance(item, _Condition):
+            self._forget_condition(item)
+            log.info("could not patch the condition of pod %s: %s", item.name, why)
+            return
+        log.info("could not record Event %s (%s): %s", item.name, item.reason, why)
+        if self._events.get(item.key) is item:
+            del self._events[item.key]
+        self._drop(reason, 1)
 
-    async def _create_event(self, event: dict[str, Any]) -> None:
-        ns = event["metadata"]["namespace"]
-        await self.kube.create(resource_path("", "v1", "events", ns), event)
+    def _forget_condition(self, item: _Condition) -> None:
+        if self._conditions.get(item.uid) is item:
+            del self._conditions[item.uid]
+
+    async def _write(self, item: _Item) -> None:
+        if isinstance(item, _Condition):
+            path = resource_path("", "v1", "pods", item.namespace, item.name, "status")
+            await self.kube.patch(path, item.body, _STRATEGIC)
+            self._forget_condition(item)
+            self._wrote("pods/status", "patch")
+            return
+        count = item.count
+        path = resource_path("", "v1", "events", item.namespace)
+        if item.written:
+            body = {"count": count, "lastTimestamp": item.last}
+            try:
+                await self.kube.patch(f"{path}/{item.name}", body, _STRATEGIC)
+                item.written = count
+                self._wrote("events", "patch")
+                return
+            except (APINotFound, APIConflict, APIGone):
+                # client-go creates the Event anew when its PATCH finds none
+                item.name = _name(item.regarding.get("name", ""))
+                item.written = 0
+        try:
+            await self.kube.create(path, self._body(item, count))
+        except APIConflict:
+            # Our names are random: the Event exists because an earlier try was applied and
+            # its answer lost. Read it back (a 404 raises, and the create is tried again).
+            await self.kube.get(f"{path}/{item.name}")
+        item.written = count
         self._wrote("events", "create")
+
+    def _body(self, event: _Event, count: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": event.name, "namespace": event.namespace},
+            "involvedObject": event.regarding,
+            "reason": event.reason,
+            "message": event.message,
+            "type": event.type,
+            "action": event.action,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+            "firstTimestamp": event.first,
+            "lastTimestamp": event.last,
+            "eventTime": event.event_time,
+            "count": count,
+        }
 
     def _wrote(self, resource: str, verb: str) -> None:
         self.written += 1
+        if resource == "events" and self.metrics is not None:
+            self.metrics.events_written.labels(verb).inc()
         if self.on_write is not None:
             self.on_write(resource, verb)

@@ -19,7 +19,10 @@ framework's ``Observer``: ``status`` and ``result`` are upstream's ``Code.String
 ``Skip``), ``extension_point`` upstream's names (``PreFilter``, ``Filter``, ``Score``...).
 
 gpusched's own, under ``gpusched_``: bind failures by reason, Lease conflicts, reservations
-held, API writes by resource and verb, and GPUs and VRAM allocated per node.
+held, API writes by resource and verb, GPUs and VRAM allocated per node, and the Event
+recorder's ``gpusched_events_pending``, ``gpusched_events_written_total{verb}``,
+``gpusched_events_aggregated_total`` and ``gpusched_events_dropped_total{reason}`` (client-go
+and kube-scheduler export no Event metrics; see ``gpusched.events``).
 
 Each ``Metrics`` owns its registry, so two schedulers in one process (tests racing two
 replicas) do not share counters. ``serve()`` exposes ``/metrics``, ``/healthz`` and ``/readyz``.
@@ -130,6 +133,28 @@ class Metrics:
             "gpusched_api_writes_total",
             "API writes made by the scheduler, by resource and verb.",
             ["resource", "verb"],
+            registry=r,
+        )
+        self.events_pending = Gauge(
+            "gpusched_events_pending",
+            "Events and pod conditions recorded and not yet written (incl. being written).",
+            registry=r,
+        )
+        self.events_written = Counter(
+            "gpusched_events_written_total",
+            "Event writes that succeeded, by verb (create, or patch of an aggregated count).",
+            ["verb"],
+            registry=r,
+        )
+        self.events_aggregated = Counter(
+            "gpusched_events_aggregated_total",
+            "Repeats of an Event folded into its count instead of a new Event.",
+            registry=r,
+        )
+        self.events_dropped = Counter(
+            "gpusched_events_dropped_total",
+            "Events never written, by reason (queue_full, rejected, retries_exhausted, shutdown).",
+            ["reason"],
             registry=r,
         )
         self.node_gpus_allocated = Gauge(

@@ -260,7 +260,11 @@ class Scheduler:
             on_write=self.metrics.api_write,
         )
         self.events = EventRecorder(
-            kube, self.clock, instance=self.identity, on_write=self.metrics.api_write
+            kube,
+            self.clock,
+            instance=self.identity,
+            on_write=self.metrics.api_write,
+            metrics=self.metrics,
         )
         self.leases: dict[str, NodeLease] = {}
         self._reservations_held = 0  # sum over self.leases, kept as Lease events arrive
