@@ -23,17 +23,21 @@ the figure is the median over ``--repeats``.
 server with the fleet (``SimCluster(..., kubelets=False)``: pods stay bound, no status churn;
 started by this file in a child process so that it can count requests by verb), ``python -m
 gpusched scheduler --kubeconfig ... --metrics-port 0`` as shipped, and this process as the load
-generator: ``--warmup`` pods created and waited for, then ``--pods`` pods created as fast as
-``--concurrency`` workers can, while a watch records when each pod is first seen bound. The
+generator: ``--warmup`` pods created and waited for (bound, and their ``Scheduled`` Events
+written), then ``--pods`` pods created as fast as ``--concurrency`` workers can, while one watch
+records when each pod is first seen bound and another when its ``Scheduled`` Event is first
+seen; the run waits until every measured pod has its Event, counted from the API server. The
 fleet is created once per node count; each of ``--e2e-profiles`` (the baseline ``no-gpufit``,
 then ``gpusched``) gets its own scheduler process and namespace in turn, and its pods are
-deleted (grace 0) before the next. Reported: pods/s (measured pods over first create to last
-bound) and the p50/p99 of per-second throughput samples (scheduler_perf's SchedulingThroughput),
-create to bound latency (client side: from the create's response to the watch event showing
-``spec.nodeName``; creationTimestamp only has 1 s resolution), the API requests the scheduler
-made per scheduled pod as the API server counted them (Lease + Binding writes, all writes incl.
-Events, Lease reads) cross-checked against the scheduler's ``gpusched_api_writes_total``, and
-the CPU seconds each process spent per pod (/proc).
+deleted (grace 0) before the next. Reported: pods/s to the last bind and to the last Event
+(Events trail the binding under their own budget, gpusched.events), the p50/p99 of per-second
+throughput samples (scheduler_perf's SchedulingThroughput, to the last bind), create to bound
+latency (client side: from the create's response to the watch event showing ``spec.nodeName``;
+creationTimestamp only has 1 s resolution), ``Scheduled`` Events per pod as watched, the API
+requests the scheduler made per scheduled pod as the API server counted them (Lease + Binding
+writes, Event writes, all writes and by resource, Lease reads) cross-checked against the
+scheduler's ``gpusched_api_writes_total``, and the CPU seconds each process spent per pod up to
+the last Event (/proc).
 
     python benchmarks/scheduler_perf.py [--mode inmem,e2e] [--nodes 500,5000] [--pods 2000]
         [--inmem-pods 2000] [--warmup 1000] [--repeats 3] [--percentage P] [--no-gc-freeze]
@@ -396,9 +400,12 @@ class SchedulerProcess:
 
 @dataclass
 class _Watch:
-    """When each pod was first seen bound, from a watch in the load generator."""
+    """When each pod was first seen bound, and when its ``Scheduled`` Event was first seen,
+    from two watches in the load generator."""
 
     bound_at: dict[str, float] = field(default_factory=dict)
+    event_at: dict[str, float] = field(default_factory=dict)
+    scheduled_events: dict[str, set[str]] = field(default_factory=dict)  # pod -> Event names
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -407,9 +414,20 @@ class _Watch:
             self.bound_at[name] = time.monotonic()
             self.changed.set()
 
-    async def wait(self, names: list[str], timeout: float) -> bool:
+    def on_event(self, kind: str, event: dict[str, Any], old: dict[str, Any] | None) -> None:
+        involved = event.get("involvedObject") or {}
+        if old is not None or event.get("reason") != "Scheduled" or involved.get("kind") != "Pod":
+            return
+        name = involved.get("name", "")
+        self.scheduled_events.setdefault(name, set()).add(event["metadata"]["name"])
+        self.event_at.setdefault(name, time.monotonic())
+        self.changed.set()
+
+    async def wait(self, names: list[str], timeout: float, *, events: bool = False) -> bool:
+        """Until every pod of ``names`` is bound (``events``: has its Scheduled Event)."""
+        seen = self.event_at if events else self.bound_at
         deadline = time.monotonic() + timeout
-        while not all(n in self.bound_at for n in names):
+        while not all(n in seen for n in names):
             self.changed.clear()
             left = deadline - time.monotonic()
             if left <= 0:
@@ -493,6 +511,7 @@ async def _phase(
     ns = f"perf-{profile}"
     watch = _Watch()
     watch_task: asyncio.Task[None] | None = None
+    events_task: asyncio.Task[None] | None = None
     try:
         await scheduler.ready(timeout=300)
         row["scheduler_sync_s"] = time.monotonic() - t1
@@ -503,8 +522,16 @@ async def _phase(
         reflector = Reflector(
             kubes[0], resource_path("", "v1", "pods", ns), handler=watch.on_pod, name="perf"
         )
+        events = Reflector(
+            kubes[0],
+            resource_path("", "v1", "events", ns),
+            handler=watch.on_event,
+            name="perf-events",
+        )
         watch_task = asyncio.create_task(reflector.run())
+        events_task = asyncio.create_task(events.run())
         await reflector.synced.wait()
+        await events.synced.wait()
 
         warm = [f"warm-{i}" for i in range(args.warmup)]
         tw = time.monotonic()
@@ -512,6 +539,10 @@ async def _phase(
         if not await watch.wait(warm, timeout=args.timeout):
             raise RuntimeError(f"warm-up pods not all bound in {args.timeout}s")
         row["warmup_pods_per_s"] = args.warmup / (time.monotonic() - tw)
+        # The warm-up's Events trail it: let them all be written, or the measured pods would
+        # share the Event budget with the warm-up's backlog.
+        if not await watch.wait(warm, timeout=args.timeout, events=True):
+            raise RuntimeError(f"warm-up pods' Scheduled Events not all seen in {args.timeout}s")
         before = await _settled_counts(sim)
         writes_before = await scheduler.api_writes()
         pids = {"scheduler": scheduler.proc.pid, "apiserver": sim.proc.pid, "loadgen": None}
@@ -522,15 +553,19 @@ async def _phase(
         created = await _create_pods(kubes, ns, names, args.concurrency)
         create_done = time.monotonic()
         complete = await watch.wait(names, timeout=args.timeout)
-        cpu_after = {k: _cpu_seconds(p) for k, p in pids.items()}
         bound = {n: watch.bound_at[n] for n in names if n in watch.bound_at}
         end = max(bound.values()) if bound else time.monotonic()
+        events_complete = await watch.wait(names, timeout=args.timeout, events=True)
+        cpu_after = {k: _cpu_seconds(p) for k, p in pids.items()}
+        evented = {n: watch.event_at[n] for n in names if n in watch.event_at}
+        events_end = max(evented.values()) if evented else time.monotonic()
         after = await _settled_counts(sim)
         writes_after = await scheduler.api_writes()
     finally:
-        if watch_task is not None:
-            watch_task.cancel()
-            await asyncio.gather(watch_task, return_exceptions=True)
+        for task in (watch_task, events_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         scheduler.stop()
     await _delete_pods(kubes[0], ns)
 
@@ -539,6 +574,13 @@ async def _phase(
     row["scheduled"] = scheduled
     row["elapsed_s"] = end - start
     row["pods_per_s"] = scheduled / (end - start)
+    row["events_complete"] = events_complete
+    row["scheduled_events"] = len(evented)
+    row["events_elapsed_s"] = events_end - start
+    row["pods_per_s_to_last_event"] = len(evented) / (events_end - start)
+    row["scheduled_events_per_pod"] = (
+        sum(len(watch.scheduled_events.get(n, ())) for n in names) / args.pods
+    )
     row["create_per_s"] = args.pods / (create_done - start)
     # scheduler_perf's SchedulingThroughput: pods scheduled in each full 1 s interval.
     per_second = Counter(int(t - start) for t in bound.values())
@@ -561,6 +603,11 @@ async def _phase(
         v for k, v in writes.items() if k.endswith((" leases", " pods/binding"))
     )
     row["all_writes_per_pod"] = sum(writes.values())
+    by_resource: Counter[str] = Counter()
+    for k, v in writes.items():
+        by_resource[k.split()[1]] += v
+    row["writes_per_pod_by_resource"] = dict(sorted(by_resource.items()))
+    row["events_per_pod"] = by_resource.get("events", 0.0)
     row["reads_per_pod"] = sum(v for k, v in by_verb.items() if k.split()[0] in ("get", "list"))
     row["scheduler_api_writes_metric_per_pod"] = _per_pod(
         {k: int(v) for k, v in writes_before.items()},
@@ -570,9 +617,10 @@ async def _phase(
     row["cpu_ms_per_pod"] = {
         k: (cpu_after[k] - cpu_before[k]) / max(scheduled, 1) * 1e3 for k in pids
     }
-    row["cpu_busy_cores"] = sum(cpu_after[k] - cpu_before[k] for k in pids) / (end - start)
+    row["cpu_busy_cores"] = sum(cpu_after[k] - cpu_before[k] for k in pids) / (events_end - start)
     print(
-        f"  e2e {nodes} nodes {profile}: {row['pods_per_s']:,.0f} pods/s",
+        f"  e2e {nodes} nodes {profile}: {row['pods_per_s']:,.0f} pods/s to the last bind, "
+        f"{row['pods_per_s_to_last_event']:,.0f} to the last Event",
         file=sys.stderr,
         flush=True,
     )
@@ -661,22 +709,35 @@ def print_tables(figures: dict[str, Any]) -> None:
     if e2e:
         print("End to end: API server, scheduler and load generator in three processes")
         head = (
-            f"{'nodes':>6} {'profile':16} {'pods':>5} {'pods/s':>7} {'p50/s':>6} {'p99/s':>6} "
-            f"{'create/s':>8} {'lat p50':>8} {'lat p99':>8} {'lease+bind':>10} "
-            f"{'writes':>7} {'reads':>6} {'sched ms':>8} {'api ms':>7} {'load ms':>7}"
+            f"{'nodes':>6} {'profile':16} {'pods':>5} {'pods/s':>7} {'ev pods/s':>9} "
+            f"{'p50/s':>6} {'p99/s':>6} {'create/s':>8} {'lat p50':>8} {'lat p99':>8} "
+            f"{'lease+bind':>10} {'events':>6} {'writes':>7} {'reads':>6} {'sched ms':>8} "
+            f"{'api ms':>7} {'load ms':>7}"
         )
         print(head)
         for r in e2e:
             cpu = r["cpu_ms_per_pod"]
             print(
                 f"{r['nodes']:>6} {r['profile']:16} {r['scheduled']:>5} {r['pods_per_s']:>7,.0f} "
+                f"{r['pods_per_s_to_last_event']:>9,.0f} "
                 f"{r['throughput_p50']:>6,.0f} {r['throughput_p99']:>6,.0f} "
                 f"{r['create_per_s']:>8,.0f} {r['latency_p50_s']:>7.2f}s "
                 f"{r['latency_p99_s']:>7.2f}s {r['lease_binding_writes_per_pod']:>10.2f} "
-                f"{r['all_writes_per_pod']:>7.2f} {r['reads_per_pod']:>6.2f} "
+                f"{r['events_per_pod']:>6.2f} {r['all_writes_per_pod']:>7.2f} "
+                f"{r['reads_per_pod']:>6.2f} "
                 f"{cpu['scheduler']:>8.1f} {cpu['apiserver']:>7.1f} {cpu['loadgen']:>7.1f}"
             )
-        print("(sched/api/load ms: CPU milliseconds per scheduled pod in each process)")
+        print(
+            "(pods/s: to the last bind; ev pods/s: to the last Scheduled Event; events: Event "
+            "writes per pod; writes by resource in the JSON; sched/api/load ms: CPU "
+            "milliseconds per scheduled pod in each process, to the last Event)"
+        )
+        for r in e2e:
+            if r["scheduled_events"] != r["scheduled"] or not r["events_complete"]:
+                print(
+                    f"{r['nodes']} nodes {r['profile']}: {r['scheduled_events']} of "
+                    f"{r['scheduled']} bound pods have their Scheduled Event"
+                )
         fleets = {r["nodes"]: r["fleet_create_s"] for r in e2e}
         print(
             "fleet creation through the API: "
