@@ -254,7 +254,7 @@ async def sim() -> AsyncIterator[SimCluster]:
         yield sim
 
 
-@pytest.mark.parametrize("code", [500, 429, LOST])
+@pytest.mark.parametrize("code", [500, 429, 409, LOST])
 async def test_failed_writes_are_retried_within_the_budget(sim: SimCluster, code: int) -> None:
     clock = FakeClock()
     recorder = EventRecorder(sim.kube, clock, qps=20, burst=20)
@@ -283,6 +283,21 @@ async def test_an_event_is_not_retried_forever(sim: SimCluster) -> None:
     assert sim.faults.injected == {("create", 500): 5}
     assert metric(metrics, "gpusched_events_dropped_total", reason="retries_exhausted") == 1
     assert clock.monotonic() >= (1 + 2 + 4 + 8) * 0.75  # backed off between tries
+
+
+async def test_a_count_that_cannot_be_patched_is_given_up_once(sim: SimCluster) -> None:
+    clock = FakeClock()
+    writes = Writes()
+    recorder = EventRecorder(sim.kube, clock, max_tries=3, on_write=writes)
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u1"}}
+    recorder.eventf(node, "Normal", "Seen", "Watching", "seen")
+    async with running(recorder):
+        await settle(clock, lambda: len(writes) == 1)
+        sim.faults.set([FaultRule("patch", "events", 1.0, 500)])
+        recorder.eventf(node, "Normal", "Seen", "Watching", "seen")
+        await settle(clock, lambda: recorder.pending == 0)
+    assert sim.faults.injected == {("patch", 500): 3}
+    assert (writes, recorder.dropped) == ([("events", "create")], 1)
 
 
 async def test_a_rejected_event_is_not_retried(sim: SimCluster) -> None:

@@ -239,3 +239,21 @@ def test_api_writes_are_counted_by_resource_and_verb() -> None:
     sample = metrics.registry.get_sample_value
     assert sample("gpusched_api_writes_total", {"resource": "leases", "verb": "create"}) == 1
     assert sample("gpusched_api_writes_total", {"resource": "leases", "verb": "update"}) == 2
+
+
+def test_the_event_recorders_metrics_are_exported_and_pending_is_live() -> None:
+    from gpusched.events import EventRecorder
+    from gpusched.kube.client import Kube
+
+    metrics = Metrics()
+    recorder = EventRecorder(Kube(Any), FakeClock(), metrics=metrics)  # never connected
+    for i in range(3):
+        recorder.scheduled({"metadata": {"name": f"p{i}", "namespace": "d", "uid": f"u{i}"}}, "n")
+    text = metrics.render().decode()
+    assert "gpusched_events_pending 3.0" in text
+    for name in (
+        "gpusched_events_written_total",
+        "gpusched_events_aggregated_total",
+        "gpusched_events_dropped_total",
+    ):
+        assert f"# TYPE {name} counter" in text
