@@ -3,27 +3,29 @@
 ``Scheduled`` (Normal) and ``FailedScheduling`` (Warning) are written as core/v1 Events by
 ``reportingController: gpusched``, as kube-scheduler writes them, so ``kubectl describe pod``
 shows them; ``eventf`` writes one about any object for plugins. Nothing here blocks the
-scheduler: a call records the Event in memory (a few microseconds) and returns; writer tasks
+scheduler: a call records the Event in memory (about 10 us) and returns; writer tasks
 (``run()``) write it later. Events trail the binding; they are not lost to a burst.
 
 - **Budget**, separate from scheduling's writes: ``concurrency`` writers (4) under a token
   bucket of ``qps`` (50) refilled per second with ``burst`` (100), kube-scheduler's own event
-  client's defaults. A 2,000-pod burst has its Events written about 40 s after its first bind.
+  client's defaults: the last Event of a 2,000-pod burst is written about 38 s after the first.
 - **Aggregation** (client-go's EventCorrelator): the same (object, type, reason, action,
   message) seen again within ``aggregation_window`` (10 minutes) while its Event is among the
   last ``cache_size`` (4,096, client-go's LRU) is one Event: its ``count`` and ``lastTimestamp``
   are PATCHed (a repeat that arrives before the Event was written only raises the count it is
   created with). A 404/409/410 on that PATCH creates the Event anew, as client-go does on 404.
 - **Spam filter**: a ``FailedScheduling`` with the same message as the last for that pod is not
-  recorded within ``repeat_interval`` (5 minutes); client-go's EventSourceObjectSpamFilter
-  (a token bucket per object: burst 25, one per 5 minutes) plays this part upstream. A pod
-  pending for an hour for one reason thus has one Event with ``count`` about 12.
+  recorded within ``repeat_interval`` (5 minutes), so a pod pending for an hour for one reason
+  has one Event with ``count`` about 12. Upstream's EventSourceObjectSpamFilter is a token
+  bucket per object over all its Events (burst 25, then one per 5 minutes); ours is per pod and
+  message, so a changed reason is always told. client-go's merging of 10 similar messages into
+  "(combined from similar events)" is not done here.
 - **Errors**: 5xx, 429 and transport errors are retried, each try taking a token, after 1, 2,
   4, 8 then 10 s (±25 %), at most ``max_tries`` (12, client-go's) times; client-go retries only
   transport errors. Other 4xx are given up (a 409 on create is a lost answer: read back).
 - **Bounds**: at most ``max_pending`` (50,000) Events and conditions waiting; past it new ones
-  are dropped. Each waiting Event holds about 0.9 KB (45 MB at the bound; measured with
-  tracemalloc for pod Events), the aggregation cache up to 4,096 more (4 MB).
+  are dropped (client-go drops past 1,000 queued, uncounted). Each waiting Event holds about
+  0.8 KB (40 MB at the bound; tracemalloc, pod Events), the aggregation cache 4,096 more.
 - **Metrics**: ``gpusched_events_pending``, ``gpusched_events_written_total{verb}``,
   ``gpusched_events_aggregated_total`` and ``gpusched_events_dropped_total{reason}`` (reason:
   ``queue_full``, ``rejected``, ``retries_exhausted``, ``shutdown``; upstream counts no drops).
@@ -43,6 +45,7 @@ import logging
 import random
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpusched.clock import Clock
@@ -69,12 +72,12 @@ _names = random.Random()
 """Event name suffixes (client-go uses the time in hex): random, seeded once from the OS."""
 
 
-def _ts(clock: Clock) -> str:
-    return clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+def _ts(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _micro(clock: Clock) -> str:
-    return clock.now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _micro(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class TokenBucket:
@@ -109,7 +112,6 @@ class _Event:
         "action",
         "busy",
         "count",
-        "event_time",
         "first",
         "key",
         "last",
@@ -143,8 +145,7 @@ class _Event:
         self.reason = reason
         self.action = action
         self.message = message
-        self.first = self.last = _ts(clock)
-        self.event_time = _micro(clock)
+        self.first = self.last = clock.now()  # formatted when written, off the scheduler's path
         self.seen = clock.monotonic()
         self.count = 1
         self.written = 0  # the count the server has; 0: not created yet
@@ -311,7 +312,7 @@ class EventRecorder:
         event = self._events.get(key)
         if event is not None and now - event.seen <= self.aggregation_window:
             event.count += 1
-            event.last = _ts(self.clock)
+            event.last = self.clock.now()
             event.seen = now
             self._events.move_to_end(key)
             self.aggregated += 1
@@ -347,7 +348,7 @@ class EventRecorder:
                         "reason": reason,
                         "message": message,
                         "lastProbeTime": None,
-                        "lastTransitionTime": _ts(self.clock),
+                        "lastTransitionTime": _ts(self.clock.now()),
                     }
                 ]
             },
@@ -493,7 +494,7 @@ class EventRecorder:
         count = item.count
         path = resource_path("", "v1", "events", item.namespace)
         if item.written:
-            body = {"count": count, "lastTimestamp": item.last}
+            body = {"count": count, "lastTimestamp": _ts(item.last)}
             try:
                 await self.kube.patch(f"{path}/{item.name}", body, _STRATEGIC)
                 item.written = count
@@ -528,9 +529,9 @@ class EventRecorder:
             "source": {"component": self.component},
             "reportingComponent": self.component,
             "reportingInstance": self.instance,
-            "firstTimestamp": event.first,
-            "lastTimestamp": event.last,
-            "eventTime": event.event_time,
+            "firstTimestamp": _ts(event.first),
+            "lastTimestamp": _ts(event.last),
+            "eventTime": _micro(event.first),
             "count": count,
         }
 
