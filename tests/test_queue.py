@@ -607,6 +607,227 @@ def test_update_of_unknown_pod_adds_it_and_re_add_is_an_update(q: SchedulingQueu
     q._check()
 
 
+# -- PreEnqueue -----------------------------------------------------------------------------
+
+
+class Toggle:
+    """A PreEnqueue callable whose verdict the test sets: ``None`` admits, a string rejects
+    (as plugin "Quota"), an exception is raised."""
+
+    def __init__(self) -> None:
+        self.verdict: str | Exception | None = "quota exhausted"
+        self.calls = 0
+
+    def __call__(self, pod: dict[str, Any]) -> Status:
+        self.calls += 1
+        if isinstance(self.verdict, Exception):
+            raise self.verdict
+        if self.verdict is None:
+            return Status.success()
+        return Status.unschedulable(self.verdict, plugin="Quota")
+
+
+def gate_queue(clock: FakeClock, toggle: Toggle, **kwargs: Any) -> SchedulingQueue:
+    return make_queue(
+        clock,
+        jitter=0.0,
+        event_interest={**INTEREST, "QuotaFreed": {"Quota"}},
+        pre_enqueue={"gpusched": toggle},
+        **kwargs,
+    )
+
+
+def test_a_pre_enqueue_rejection_gates_the_pod_with_its_reason(clock: FakeClock) -> None:
+    toggle = Toggle()
+    reported: list[tuple[str | None, str | None]] = []
+    q = gate_queue(clock, toggle, on_gated=lambda i: reported.append((i.gating_plugin, i.error)))
+    info = q.add(make_pod("p"))
+    assert q.location(info.uid) == GATED
+    assert (info.gated, info.gating_plugin, info.error) == (True, "Quota", "quota exhausted")
+    assert info.unschedulable_plugins == {"Quota"}
+    assert info.initial_attempt_timestamp is None
+    assert reported == [("Quota", "quota exhausted")]
+    assert q.pop_nowait() is None
+    q.update(info.pod, status_only(info.pod))  # no PreEnqueue for a status-only update
+    assert (toggle.calls, reported) == (1, [("Quota", "quota exhausted")])
+    toggle.verdict = "still exhausted"
+    q.update(info.pod, relabelled(info.pod))
+    assert reported[-1] == ("Quota", "still exhausted"), "a new reason is reported"
+    assert q.location(info.uid) == GATED
+    q._check()
+    toggle.verdict = None
+    q.update(info.pod, relabelled(info.pod, "v3"))
+    assert q.location(info.uid) == ACTIVE
+    assert (info.gated, info.gating_plugin, info.error) == (False, None, None)
+    q._check()
+
+
+def test_a_pre_enqueue_that_raises_gates_the_pod_and_nothing_crashes(clock: FakeClock) -> None:
+    toggle = Toggle()
+    toggle.verdict = RuntimeError("boom")
+    q = gate_queue(clock, toggle)
+    info = q.add(make_pod("p"))
+    assert q.location(info.uid) == GATED
+    assert info.gating_plugin == ""
+    assert "boom" in (info.error or "")
+    assert q.on_event("QuotaFreed") == 0, "no plugin named: only an update or '*' retries it"
+    toggle.verdict = None
+    assert q.on_event(WILDCARD_EVENT) == 1
+    assert q.location(info.uid) == ACTIVE
+    q._check()
+
+
+def test_pre_enqueue_runs_for_its_own_profile_only(clock: FakeClock) -> None:
+    toggle = Toggle()
+    q = gate_queue(clock, toggle)
+    other = changed(make_pod("other"), lambda p: p["spec"].update(schedulerName="someone-else"))
+    assert q.location(q.add(other).uid) == ACTIVE
+    assert toggle.calls == 0
+
+
+@pytest.mark.parametrize("use_hint", [False, True])
+def test_a_gated_pod_re_enters_on_an_event_its_gating_plugin_registered_for(
+    clock: FakeClock, use_hint: bool
+) -> None:
+    toggle = Toggle()
+    q = gate_queue(clock, toggle)
+    info = q.add(make_pod("p"))
+    toggle.verdict = None
+    assert q.on_event("NodeAdd") == 0, "Quota did not register for NodeAdd"
+    assert q.location(info.uid) == GATED
+    seen: list[set[str]] = []
+
+    def hint(i: QueuedPodInfo) -> bool:
+        seen.append(set(i.unschedulable_plugins))
+        return not use_hint
+
+    assert q.on_event("QuotaFreed", hint) == (0 if use_hint else 1)
+    assert seen == [{"Quota"}]
+    assert q.location(info.uid) == (GATED if use_hint else ACTIVE)
+    q._check()
+
+
+def test_an_event_rechecks_the_gate_and_a_refusal_keeps_the_pod_gated(clock: FakeClock) -> None:
+    toggle = Toggle()
+    q = gate_queue(clock, toggle)
+    info = q.add(make_pod("p"))
+    assert q.on_event("QuotaFreed") == 0
+    assert (q.location(info.uid), toggle.calls) == (GATED, 2)
+    q._check()
+
+
+@pytest.mark.parametrize("how", ["event", "error", "leftover", "activate"])
+async def test_pods_leaving_unschedulable_or_flight_pass_pre_enqueue(
+    clock: FakeClock, how: str
+) -> None:
+    toggle = Toggle()
+    toggle.verdict = None
+    q = gate_queue(clock, toggle)
+    info = q.add(make_pod("p"))
+    assert popped(q) is info
+    toggle.verdict = "closed"
+    if how == "error":
+        assert q.requeue_after_error(info) == GATED
+    else:
+        info.unschedulable_plugins.add("Fit")
+        assert q.add_unschedulable(info) == UNSCHEDULABLE, "PreEnqueue waits for the move"
+        if how == "event":
+            assert q.on_event("NodeAdd") == 1
+        elif how == "leftover":
+            await clock.advance(300.0)
+            assert q.flush_unschedulable_left_over() == 1
+        else:
+            assert q.activate([info.uid]) == 0
+    assert q.location(info.uid) == GATED
+    assert info.gating_plugin == "Quota"
+    q._check()
+
+
+def test_backoff_to_active_does_not_run_pre_enqueue_again(clock: FakeClock) -> None:
+    toggle = Toggle()
+    toggle.verdict = None
+    q = gate_queue(clock, toggle)
+    info = put(q, make_pod("p"), BACKOFF)
+    calls = toggle.calls
+    toggle.verdict = "closed"
+    assert q.activate([info.uid]) == 1
+    assert (q.location(info.uid), toggle.calls) == (ACTIVE, calls)
+
+
+def test_a_nominated_pod_goes_to_backoff_and_pop_clears_the_nomination(q: SchedulingQueue) -> None:
+    info = q.add(make_pod("p"))
+    assert popped(q) is info
+    info.unschedulable_plugins.add("Fit")
+    info.nominated_node_name = "node-1"
+    assert q.add_unschedulable(info) == BACKOFF
+    q.activate([info.uid])
+    assert popped(q) is info
+    assert info.nominated_node_name is None
+    info.unschedulable_plugins.add("Fit")
+    assert q.add_unschedulable(info) == UNSCHEDULABLE
+    q._check()
+
+
+async def test_incoming_pods_are_counted_with_upstream_labels(clock: FakeClock) -> None:
+    toggle = Toggle()
+    toggle.verdict = None
+    counted: list[tuple[str, str]] = []
+    q = gate_queue(clock, toggle, on_incoming=lambda queue, event: counted.append((queue, event)))
+
+    def took() -> list[tuple[str, str]]:
+        out = list(counted)
+        counted.clear()
+        return out
+
+    a, b = make_pod("a"), make_pod("b")
+    q.add(a)
+    assert took() == [("active", "PodAdd")]
+    q.update(a, relabelled(a))  # re-sorted in place: not incoming
+    assert took() == []
+    info = popped(q)
+    q.requeue_after_error(info)
+    assert took() == [("backoff", "ScheduleAttemptFailure")]
+    await clock.advance(10.0)
+    q.flush_backoff_completed()
+    assert took() == [("active", "BackoffComplete")]
+    info = popped(q)
+    info.unschedulable_plugins.add("Fit")
+    q.add_unschedulable(info)
+    assert took() == [("unschedulable", "ScheduleAttemptFailure")]
+    q.on_event("NodeAdd")  # still backing off
+    assert took() == [("backoff", "NodeAdd")]
+    q.activate([info.uid])
+    assert took() == [("active", "ForceActivate")]
+    toggle.verdict = "closed"
+    q.add(b)
+    assert took() == [("unschedulable", "PodAdd")], "gated pods count as unschedulable"
+    info = popped(q)
+    toggle.verdict = None
+    info.unschedulable_plugins.add("Fit")
+    q.add_unschedulable(info)
+    took()
+    await clock.advance(300.0)
+    q.flush_unschedulable_left_over()
+    assert took() == [("active", "UnschedulableTimeout")]
+
+    # The scheduler's cluster events, labelled as upstream's ClusterEvent.Label().
+    q = SchedulingQueue(
+        clock,
+        event_interest={"Pod/Delete": {"Fit"}, "GPUNodeInventory/Update": {"Fit"}},
+        on_incoming=lambda queue, event: counted.append((queue, event)),
+    )
+    for event, label in [
+        ("Pod/Delete", "AssignedPodDelete"),
+        ("GPUNodeInventory/Update", "GPUNodeInventoryUpdate"),
+    ]:
+        info = fail(q, make_pod(f"p-{label}"), "Fit")
+        took()
+        await clock.advance(300.0)
+        q.on_event(event)
+        assert took() == [("active", label)]
+        assert popped(q) is info
+
+
 # -- delete --------------------------------------------------------------------------------
 
 
