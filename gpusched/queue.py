@@ -1,12 +1,12 @@
 """The scheduling queue: which pending pod the scheduler tries next, and when a failed one returns.
 
 kube-scheduler's ``PriorityQueue`` (``pkg/scheduler/backend/queue/scheduling_queue.go``) with
-queueing hints, PreEnqueue and pop-from-backoff's PreEnqueue placement. A pod is in exactly one
-place: **active** (ordered by the configured QueueSort's key), **backoff** (failed recently,
-ordered by expiry), **unschedulable** (waits for an event a rejecting plugin registered for, an
-update to itself, or ``max_in_unschedulable`` seconds), **gated** (a PreEnqueue plugin rejected
-it: never popped, waits for an event the gating plugin registered for or an update to itself,
-then PreEnqueue runs again) or **in flight** (popped; returned by :meth:`add_unschedulable`,
+queueing hints and PreEnqueue plugins. A pod is in exactly one place: **active** (ordered by the
+configured QueueSort's key), **backoff** (failed recently, ordered by expiry), **unschedulable**
+(waits for an event a rejecting plugin registered for, an update to itself, or
+``max_in_unschedulable`` seconds), **gated** (a PreEnqueue plugin rejected it: never popped,
+waits for an event the gating plugin registered for or an update to itself, then PreEnqueue runs
+again) or **in flight** (popped; returned by :meth:`add_unschedulable`,
 :meth:`requeue_after_error`, or ended by :meth:`done`)::
 
       add() ── PreEnqueue ─┐
@@ -23,15 +23,19 @@ then PreEnqueue runs again) or **in flight** (popped; returned by :meth:`add_uns
       cycle began, an update to it while in flight, a nominated node, or no rejecting plugin
   (2) ``add_unschedulable()`` otherwise
   (b) an event a rejecting plugin cares about (and its hint agrees), an update to the pod, or
-      ``max_in_unschedulable``; to BACKOFF while still backing off, else ACTIVE
+      ``max_in_unschedulable``; to BACKOFF while still backing off, else ACTIVE (so also
+      from GATED)
 
 PreEnqueue (one callable per profile, the framework's ``run_pre_enqueue``) runs before every
-entry into ACTIVE or BACKOFF except BACKOFF -> ACTIVE; a rejection sends the pod to GATED
-instead. **Costs** (n pods held): add, update, delete, pop, activate O(log n) plus one
-PreEnqueue; the flushes O(k log n) for k pods moved; ``on_event`` O(m log n) for the m pods
-whose rejecting or gating plugins registered for the event. No method awaits except
-:meth:`pop` and :meth:`run`. The move-request race, backoff and jitter, the invariants, and
-the metric labels are described in ``docs/queue.md``.
+entry into ACTIVE or BACKOFF except BACKOFF -> ACTIVE (it ran on entry to backoff, as upstream
+with ``SchedulerPopFromBackoffQ``), and on an update to an active or backing-off pod; a
+rejection sends the pod to GATED instead.
+
+**Costs** (n pods held): add, update, delete, pop, activate O(log n) plus one PreEnqueue; the
+flushes O(k log n) for k pods moved; ``on_event`` O(m log n) for the m pods whose rejecting or
+gating plugins registered for the event. No method awaits except :meth:`pop` and :meth:`run`.
+The move-request race, backoff and jitter, the invariants and the metric labels are described
+in ``docs/queue.md``.
 """
 
 from __future__ import annotations
@@ -737,8 +741,7 @@ class SchedulingQueue:
         return entry[2]
 
     def _push_backoff(self, info: QueuedPodInfo, event: str | None) -> None:
-        if info.backoff_expiry is None:  # never failed: nothing to wait out
-            info.backoff_expiry = self._clock.monotonic()
+        assert info.backoff_expiry is not None
         entry: _Entry = (info.backoff_expiry, info.seq, info)
         self._backoff.add(entry)
         self._backoff_index[info.uid] = entry

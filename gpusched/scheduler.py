@@ -241,6 +241,16 @@ class Scheduler:
         self.equivalence = (
             EquivalenceCache(self.rng) if self.config.opportunistic_batching else None
         )
+        incoming: dict[tuple[str, str], Any] = {}  # the counter's children, looked up once
+
+        def count_incoming(queue: str, event: str) -> None:
+            child = incoming.get((queue, event))
+            if child is None:
+                child = incoming[queue, event] = self.metrics.queue_incoming.labels(
+                    queue=queue, event=event
+                )
+            child.inc()
+
         self.queue = SchedulingQueue(
             self.clock,
             first.queue_sort_key,
@@ -255,9 +265,7 @@ class Scheduler:
             on_gated=lambda info: self.events.failed_scheduling(
                 info.pod, info.error or "", reason="SchedulingGated"
             ),
-            on_incoming=lambda queue, event: self.metrics.queue_incoming.labels(
-                queue=queue, event=event
-            ).inc(),
+            on_incoming=count_incoming,
         )
         res = self.config.reservations
         self.reservations = ReservationWriter(

@@ -10,6 +10,7 @@ target cluster (the simulation by default; see ``test_scheduler_integration``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, ClassVar
 
@@ -146,6 +147,12 @@ async def bed(target: Target) -> AsyncIterator[Bed]:
         yield bed
 
 
+def incoming_pods(metrics: str) -> dict[tuple[str, str], float]:
+    """``scheduler_queue_incoming_pods_total`` by (queue, event), from the rendered metrics."""
+    pattern = r'^scheduler_queue_incoming_pods_total\{event="([^"]*)",queue="([^"]*)"\} (\S+)$'
+    return {(m[2], m[1]): float(m[3]) for m in re.finditer(pattern, metrics, flags=re.MULTILINE)}
+
+
 def enabled(point: str, name: str) -> Plugins:
     return Plugins(**{point: PluginSet(enabled=[PluginRef(name=name)])})
 
@@ -179,6 +186,12 @@ async def test_a_pre_enqueue_rejection_is_reported_and_an_update_releases_the_po
         assert (info.gating_plugin, info.attempts) == ("LabelGate", 0)  # never tried
         await bed.kube.patch(f"{bed.pods_path}/waiting", {"metadata": {"labels": {READY: "y"}}})
         await bed.pods_until(lambda ps: len(bound(ps)) == 2)
+        incoming = incoming_pods(scheduler.metrics.render().decode())
+    assert incoming == {
+        ("active", "PodAdd"): 1,
+        ("unschedulable", "PodAdd"): 1,  # gated, counted as upstream counts it
+        ("active", "PodUpdate"): 1,
+    }
 
 
 async def test_a_gated_pod_re_enters_on_an_event_its_plugin_registered_for(bed: Bed) -> None:
