@@ -22,6 +22,7 @@ from gpusched.framework import (
     ActionType,
     ClusterEvent,
     ClusterEventWithHint,
+    Code,
     CycleState,
     EnqueueExtensions,
     FilterPlugin,
@@ -39,6 +40,7 @@ from gpusched.framework import (
 )
 from gpusched.framework.config import Profile
 from gpusched.scheduler import Scheduler
+from gpusched.sim.fleet import node_names
 
 READY = "gpusched.test/ready"
 
@@ -72,6 +74,20 @@ class NodeGate(PreEnqueuePlugin, EnqueueExtensions):
         return [ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD))]
 
 
+class Raiser(PreEnqueuePlugin, EnqueueExtensions):
+    """Raises for pods labelled ``boom``: a plugin bug."""
+
+    NAME = "Raiser"
+
+    def pre_enqueue(self, pod: Pod) -> Status:
+        if "boom" in (pod["metadata"].get("labels") or {}):
+            raise RuntimeError("kaboom")
+        return Status.success()
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return []
+
+
 class Recorder(PostFilterPlugin):
     """Records the statuses of every call; nominates nothing."""
 
@@ -80,11 +96,13 @@ class Recorder(PostFilterPlugin):
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Status]] = []
+        self.pods: list[str] = []
 
     def post_filter(
         self, state: CycleState, pod: Pod, statuses: Mapping[str, Status]
     ) -> tuple[PostFilterResult | None, Status]:
         self.calls.append(dict(statuses))
+        self.pods.append(pod["metadata"]["name"])
         return None, Status.unschedulable(self.MESSAGE, plugin=self.NAME)
 
 
@@ -124,7 +142,7 @@ def config_with(bed: Bed, plugins: Plugins) -> SchedulerConfiguration:
 
 def registry() -> Any:
     reg = in_tree()
-    for cls in (LabelGate, NodeGate, Recorder, Evictor):
+    for cls in (LabelGate, NodeGate, Raiser, Recorder, Evictor):
         reg.register(cls)
     return reg
 
@@ -208,6 +226,21 @@ async def test_a_gated_pod_re_enters_on_an_event_its_plugin_registered_for(bed: 
         assert bound(pods) == ["held"]
 
 
+async def test_a_pre_enqueue_that_raises_gates_the_pod_with_the_error(bed: Bed) -> None:
+    config = config_with(bed, enabled("pre_enqueue", "Raiser"))
+    async with bed.running(config=config, registry=registry()):
+        broken = bed.pod("broken")
+        broken["metadata"]["labels"]["boom"] = "1"
+        await bed.create_pod(broken)
+        await bed.create_pod(bed.pod("fine"))
+        pods = await bed.pods_until(lambda ps: bool(bound(ps)) and condition(ps["broken"]))
+        assert bound(pods) == ["fine"]
+        cond = condition(pods["broken"]) or {}
+        assert cond["reason"] == "SchedulingGated"
+        assert "Raiser" in cond["message"]
+        assert "RuntimeError: kaboom" in cond["message"]
+
+
 async def test_post_filter_gets_every_node_once_per_failed_cycle(bed: Bed) -> None:
     config = config_with(bed, enabled("post_filter", "Recorder"))
     async with bed.running(config=config, registry=registry()) as scheduler:
@@ -226,6 +259,34 @@ async def test_post_filter_gets_every_node_once_per_failed_cycle(bed: Bed) -> No
             assert all(s.is_rejected for s in statuses.values())
         assert info.nominated_node_name is None
         assert scheduler.queue.location(info.uid) == "unschedulable"
+
+
+async def test_post_filter_sees_nodes_a_pre_filter_result_left_out_as_unresolvable(
+    bed: Bed,
+) -> None:
+    node = node_names(bed.fleet(2))[0]
+    pinned = bed.pod("pinned")
+    pinned["spec"]["tolerations"] = []  # the test's nodes are tainted: node fails Filter
+    pinned["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            }
+        }
+    }
+    config = config_with(bed, enabled("post_filter", "Recorder"))
+    async with bed.running(config=config, registry=registry()) as scheduler:
+        await bed.create_pod(pinned)
+        await bed.pods_until(lambda ps: condition(ps["pinned"]) is not None)
+        recorder: Recorder = plugin(scheduler, bed, "Recorder")
+        statuses = recorder.calls[0]
+        assert set(statuses) == {n.name for n in scheduler.snapshot.node_infos()}
+        assert statuses[node].plugin == "TaintToleration"
+        others = [s for name, s in statuses.items() if name != node]
+        assert others
+        assert all(s.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE for s in others)
 
 
 async def test_a_nominated_node_sends_the_pod_back_to_be_retried(bed: Bed) -> None:
