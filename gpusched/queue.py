@@ -1,86 +1,41 @@
 """The scheduling queue: which pending pod the scheduler tries next, and when a failed one returns.
 
-Modelled on kube-scheduler's ``PriorityQueue`` (kubernetes/kubernetes,
-``pkg/scheduler/backend/queue/scheduling_queue.go`` and ``backoff_queue.go``), in its
-``moveRequestCycle`` form (without per-plugin queueing hints). A pod the queue holds is in
-exactly one place:
+kube-scheduler's ``PriorityQueue`` (``pkg/scheduler/backend/queue/scheduling_queue.go``) with
+queueing hints and PreEnqueue plugins. A pod is in exactly one place: **active** (ordered by the
+configured QueueSort's key), **backoff** (failed recently, ordered by expiry), **unschedulable**
+(waits for an event a rejecting plugin registered for, an update to itself, or
+``max_in_unschedulable`` seconds), **gated** (a PreEnqueue plugin rejected it: never popped,
+waits for an event the gating plugin registered for or an update to itself, then PreEnqueue runs
+again) or **in flight** (popped; returned by :meth:`add_unschedulable`,
+:meth:`requeue_after_error`, or ended by :meth:`done`)::
 
-- **active**: ready to be tried, ordered by the ``sort_key`` a QueueSort plugin provides
-  (:func:`default_sort_key`: gpusched priority, then ``spec.priority``, then FIFO);
-- **backoff**: failed recently and waits out an exponential backoff, ordered by expiry;
-- **unschedulable**: rejected by some plugins; it waits for a cluster event that one of those
-  plugins registered interest in (:meth:`SchedulingQueue.on_event`), an update to the pod
-  itself, or ``max_in_unschedulable`` seconds (5 minutes, the safety net for a missed event);
-- **gated**: not ready to be tried at all: ``spec.schedulingGates`` is non-empty, or a gpusched
-  annotation is malformed (see *Invalid annotations*). Only an update to the pod releases it.
-  Upstream keeps these in unschedulablePods and counts them apart; here they have their own map
-  so that events and the leftover flush never look at them;
-- **in flight**: popped; its scheduling (and binding) cycle is running. The scheduler returns it
-  with :meth:`~SchedulingQueue.add_unschedulable` or :meth:`~SchedulingQueue.requeue_after_error`,
-  or ends it with :meth:`~SchedulingQueue.done` once bound.
-
-State machine of a queued pod::
-
-      add() ───────────────┐
-        │ gated            ▼                  pop()
+      add() ── PreEnqueue ─┐
+        │ rejected         ▼                  pop()
         ▼                ACTIVE ──────────────────────────────▶ IN FLIGHT ──▶ done(): gone
       GATED ────────────▶ ▲ ▲                                    │     │
-      update clears       │ │ backoff expired                    │ (1) │ (2)
-      the gate (a)        │ └─────────────── BACKOFF ◀───────────┘     │
+      event or update,    │ │ backoff expired                    │ (1) │ (2)
+      PreEnqueue passes   │ └─────────────── BACKOFF ◀───────────┘     │
                           │                    ▲                       │
-                          │ (b)                │ (c)                   │
+                          │ (b)                │ (b)                   │
                           └──────────── UNSCHEDULABLE ◀────────────────┘
 
-  (1) ``requeue_after_error()``; or ``add_unschedulable()`` after a move request since the
-      pod's cycle began, an update to it while in flight, or with no rejecting plugin named
+  (1) ``requeue_after_error()``; ``add_unschedulable()`` after a move request since the pod's
+      cycle began, an update to it while in flight, a nominated node, or no rejecting plugin
   (2) ``add_unschedulable()`` otherwise
-  (a) to BACKOFF instead while still backing off
-  (b) an event that a rejecting plugin cares about, an update to the pod, or
-      ``max_in_unschedulable`` there; once its backoff has expired
-  (c) the same, while still backing off
+  (b) an event a rejecting plugin cares about (and its hint agrees), an update to the pod, or
+      ``max_in_unschedulable``; to BACKOFF while still backing off, else ACTIVE (so also
+      from GATED)
 
-Also: an update that gates the pod (an invalid annotation) moves it to GATED from any state;
-``delete()`` removes it from any state (an in-flight pod is dropped when returned);
-``activate()`` moves it from BACKOFF or UNSCHEDULABLE straight to ACTIVE.
+PreEnqueue (one callable per profile, the framework's ``run_pre_enqueue``) runs before every
+entry into ACTIVE or BACKOFF except BACKOFF -> ACTIVE (it ran on entry to backoff, as upstream
+with ``SchedulerPopFromBackoffQ``), and on an update to an active or backing-off pod; a
+rejection sends the pod to GATED instead.
 
-**The move-request race** (upstream's ``moveRequestCycle``). Popping increments the
-scheduling cycle. A cluster event that interests any plugin records the current cycle. When a
-pod popped in cycle ``c`` fails, an event recorded at cycle ``>= c`` happened while it was
-being tried, after its snapshot was taken, so it may now fit: it goes to backoff rather than
-waiting in unschedulable for an event that has already passed. This is conservative: it may
-retry a pod the event could not help, but never strands one. An update to the pod itself while
-it is in flight has the same effect for that pod alone.
-
-**Backoff** lasts ``initial_backoff * 2**(attempts-1)`` capped at ``max_backoff``, then scaled
-by a factor drawn uniformly from ``[1 - jitter, 1 + jitter]`` (so a capped pod waits up to
-``max_backoff * (1 + jitter)``). The jitter spreads pods that failed together (a node went
-away) so they do not return as one thundering herd; the RNG is injectable for tests. Expiry is
-computed once, when the pod fails, from the clock's ``monotonic()``; a pod that sat in
-unschedulable past its expiry goes straight to active when an event moves it.
-
-**Invalid annotations.** A pod whose ``gpusched.io/priority`` annotation does not parse is
-gated with ``info.error`` set to the :class:`~gpusched.annotations.AnnotationError` message
-(and a placeholder lowest priority). Trying it would be wrong (its priority is unknown) and
-retrying it pointless, so it waits, never popped, until an update fixes the annotation.
-:meth:`~SchedulingQueue.add` and :meth:`~SchedulingQueue.update` return the info so that the
-caller can report ``info.error`` (a pod Event and a ``PodScheduled=False`` condition);
-:meth:`~SchedulingQueue.invalid_pods` lists them for a periodic re-report.
-
-**Complexity** (n pods held): ``add``, ``update``, ``delete``, ``pop``, ``activate`` per pod:
-O(log n) (``SortedList`` plus a dict index by uid); ``flush_backoff_completed`` and
-``flush_unschedulable_left_over``: O(k log n) for the k pods moved (the unschedulable map
-keeps insertion order, which is the order pods entered it, so the scan stops at the first one
-not yet due); ``on_event``: O(m log n) for the m pods whose rejecting plugins care about the
-event (an index from plugin to pods), O(u) for the wildcard event.
-
-Sorted structures hold ``(key, seq, info)`` tuples in a ``SortedList`` rather than infos in a
-``SortedKeyList(key=sort_key)``: the key is computed once, on insertion, so removal never
-re-evaluates a sort key that might read state which has changed since (``SortedKeyList``
-recomputes ``key(value)`` to find the value it removes). ``seq`` (creation order) makes
-every key unique, so the order is total and the info itself is never compared.
-
-Everything here runs on the event loop's thread; no method awaits except :meth:`pop` and
-:meth:`run`, so each operation is atomic with respect to other tasks.
+**Costs** (n pods held): add, update, delete, pop, activate O(log n) plus one PreEnqueue; the
+flushes O(k log n) for k pods moved; ``on_event`` O(m log n) for the m pods whose rejecting or
+gating plugins registered for the event. No method awaits except :meth:`pop` and :meth:`run`.
+The move-request race, backoff and jitter, the invariants and the metric labels are described
+in ``docs/queue.md``.
 """
 
 from __future__ import annotations
@@ -90,25 +45,34 @@ import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from sortedcontainers import SortedList
 
-from gpusched.annotations import PRIORITY_LEVELS, AnnotationError, parse_priority
 from gpusched.clock import Clock
+from gpusched.framework.queued_pod import QueuedPodInfo
+from gpusched.framework.status import Status
 
 __all__ = [
     "ACTIVE",
     "BACKOFF",
+    "BACKOFF_COMPLETE",
     "DEFAULT_INITIAL_BACKOFF",
     "DEFAULT_MAX_BACKOFF",
     "DEFAULT_MAX_IN_UNSCHEDULABLE",
+    "FORCE_ACTIVATE",
     "GATED",
     "IN_FLIGHT",
+    "POD_ADD",
+    "POD_UPDATE",
     "QUEUES",
+    "SCHEDULE_ATTEMPT_FAILURE",
     "UNSCHEDULABLE",
+    "UNSCHEDULABLE_TIMEOUT",
     "WILDCARD_EVENT",
+    "IncomingFn",
+    "PreEnqueueFn",
     "QueueClosed",
     "QueuedPodInfo",
     "SchedulingQueue",
@@ -127,13 +91,20 @@ QUEUES: Final = (ACTIVE, BACKOFF, UNSCHEDULABLE, GATED)
 """The ``queue`` label values of ``scheduler_pending_pods``, as :meth:`pending_pods` keys."""
 
 WILDCARD_EVENT: Final = "*"
-"""An event that moves every unschedulable pod, whatever rejected it."""
+"""An event that moves every unschedulable and gated pod, whatever rejected it."""
 
 DEFAULT_INITIAL_BACKOFF: Final = 1.0
 DEFAULT_MAX_BACKOFF: Final = 10.0
 DEFAULT_MAX_IN_UNSCHEDULABLE: Final = 300.0
 
-_LOWEST_PRIORITY: Final = PRIORITY_LEVELS[-1]
+# The ``event`` label values of ``scheduler_queue_incoming_pods_total`` (upstream's names).
+POD_ADD: Final = "PodAdd"
+POD_UPDATE: Final = "PodUpdate"
+SCHEDULE_ATTEMPT_FAILURE: Final = "ScheduleAttemptFailure"
+BACKOFF_COMPLETE: Final = "BackoffComplete"
+FORCE_ACTIVATE: Final = "ForceActivate"
+UNSCHEDULABLE_TIMEOUT: Final = "UnschedulableTimeout"
+
 # Metadata that changes without changing what the pod asks for (upstream isPodUpdated).
 _IGNORED_METADATA: Final = frozenset(
     {"resourceVersion", "generation", "managedFields", "finalizers"}
@@ -144,95 +115,40 @@ class QueueClosed(Exception):
     """Raised by :meth:`SchedulingQueue.pop` once the queue is closed: the scheduler stops."""
 
 
-@dataclass(slots=True, eq=False)
-class QueuedPodInfo:
-    """A pending pod and what the queue knows about it (upstream ``framework.QueuedPodInfo``).
-
-    Times are the clock's ``monotonic()`` seconds. Compared by identity: one instance follows
-    a pod from its first ``add`` to its removal, across every attempt. The queue does not copy
-    ``pod``; treat it as immutable (replace it through :meth:`SchedulingQueue.update`).
-    """
-
-    pod: dict[str, Any]
-    """The pod as the API returned it (latest version the queue has applied)."""
-    key: str
-    """``namespace/name``."""
-    uid: str
-    """``metadata.uid``: the queue's identity for the pod."""
-    timestamp: float
-    """When the pod was first added: the FIFO tie-break of :func:`default_sort_key`."""
-    seq: int
-    """Creation order within this queue: the final tie-break, making every sort key unique."""
-    priority: int
-    """gpusched priority, 0 (highest) to 4, from ``gpusched.io/priority`` (4 when invalid)."""
-    pod_priority: int
-    """``spec.priority`` (from the PriorityClass), 0 when absent; higher goes first."""
-    gated: bool = False
-    """Held back before any attempt: ``spec.schedulingGates`` non-empty, or ``error`` set."""
-    error: str | None = None
-    """Why a gpusched annotation is invalid, for the scheduler to report; None when valid."""
-    initial_attempt_timestamp: float | None = None
-    """When the pod first became active (ungated); None until then. For latency metrics."""
-    attempts: int = 0
-    """Times popped; drives the backoff."""
-    cycle: int = 0
-    """The scheduling cycle of the latest pop (cycles count from 1; 0 = never popped)."""
-    unschedulable_plugins: set[str] = field(default_factory=set)
-    """Plugins that rejected the latest attempt. Cleared by ``pop``; the scheduler fills it."""
-    pending_plugins: set[str] = field(default_factory=set)
-    """Plugins that made the latest attempt wait (e.g. a gang not yet complete); an event
-    they care about moves the pod to active without backoff. Cleared by ``pop``."""
-    backoff_expiry: float | None = None
-    """When the current backoff ends; None before the first failure."""
-    unschedulable_since: float | None = None
-    """When the pod last entered the unschedulable map (for the leftover flush)."""
-
-
 SortKey = Callable[[QueuedPodInfo], tuple[Any, ...]]
 """A QueueSort plugin's ordering: smaller keys pop first. Must be a pure function of fields
-that change only through the queue (pod, priorities, timestamp, key)."""
+that change only through the queue (pod, timestamp, key, seq)."""
+
+PreEnqueueFn = Callable[[dict[str, Any]], Status]
+"""A profile's PreEnqueue (the framework's ``run_pre_enqueue``): Success lets the pod in."""
+
+IncomingFn = Callable[[str, str], None]
+"""``(queue, event)`` each time a pod enters a queue: ``scheduler_queue_incoming_pods_total``."""
 
 
-def default_sort_key(info: QueuedPodInfo) -> tuple[int, int, float, str]:
-    """gpusched priority ascending (0 first), ``spec.priority`` descending, FIFO, then key."""
-    return (info.priority, -info.pod_priority, info.timestamp, info.key)
+def default_sort_key(info: QueuedPodInfo) -> tuple[float, int]:
+    """FIFO: the time the pod was first added, then creation order. The scheduler passes its
+    QueueSort plugin's key instead (PrioritySort by default)."""
+    return (info.timestamp, info.seq)
 
 
-@dataclass(slots=True, frozen=True)
-class _Facts:
-    """What the queue derives from a pod object."""
-
-    uid: str
-    key: str
-    priority: int
-    pod_priority: int
-    gated: bool
-    error: str | None
-
-
-def _facts(pod: Mapping[str, Any]) -> _Facts:
+def _identity(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """``(uid, namespace/name)``."""
     meta = pod.get("metadata") or {}
     uid = meta.get("uid")
     if not uid:
         raise ValueError(f"pod {meta.get('name')!r} has no metadata.uid; the queue keys by uid")
-    key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
-    spec = pod.get("spec") or {}
-    error = None
-    try:
-        priority = parse_priority(pod)
-    except AnnotationError as exc:
-        priority, error = _LOWEST_PRIORITY, str(exc)
-    gated = bool(spec.get("schedulingGates")) or error is not None
-    return _Facts(str(uid), key, priority, int(spec.get("priority") or 0), gated, error)
+    return str(uid), f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
-def _apply(info: QueuedPodInfo, pod: dict[str, Any], facts: _Facts) -> None:
-    info.pod = pod
-    info.key = facts.key
-    info.priority = facts.priority
-    info.pod_priority = facts.pod_priority
-    info.gated = facts.gated
-    info.error = facts.error
+def _event_label(event: str) -> str:
+    """A cluster event's ``event`` label, as upstream's ``ClusterEvent.Label()`` spells it:
+    ``Node/Add`` -> ``NodeAdd``; a pod event (the scheduler sends them for assigned pods only)
+    -> ``AssignedPodDelete``."""
+    resource, _, action = event.partition("/")
+    if resource == "Pod":
+        resource = "AssignedPod"
+    return resource + action
 
 
 def _scheduling_view(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -266,10 +182,17 @@ _Entry = tuple[Any, int, QueuedPodInfo]
 class SchedulingQueue:
     """Active, backoff, unschedulable and gated pods; see the module docstring.
 
-    ``event_interest`` maps an event name to the plugins that registered for it (the framework
-    builds it from the plugins' enqueue extensions). None means every event interests every
-    plugin, which is always correct but retries more; with a map, an event it does not name
-    moves nothing (the 5-minute flush still does). :data:`WILDCARD_EVENT` moves everything.
+    ``sort_key``: the QueueSort plugin's key (default FIFO). ``event_interest`` maps an event
+    name to the plugins that registered for it (the framework builds it from the plugins'
+    enqueue extensions); None means every event interests every plugin, which is always
+    correct but retries more; with a map, an event it does not name moves nothing (the 5-minute
+    flush still moves unschedulable pods). :data:`WILDCARD_EVENT` moves everything.
+
+    ``pre_enqueue`` maps a profile name (``spec.schedulerName``) to its PreEnqueue; pods of
+    other profiles enter unchecked. A callable that raises counts as an Error status: the pod
+    is gated with the message. ``on_gated(info)`` is called when a pod becomes gated or its
+    gating message changes, so that the caller can tell the user; ``on_incoming(queue, event)``
+    when a pod enters a queue (upstream's labels, ``docs/queue.md``).
     """
 
     def __init__(
@@ -283,6 +206,9 @@ class SchedulingQueue:
         jitter: float = 0.1,
         rng: random.Random | None = None,
         event_interest: Mapping[str, Iterable[str]] | None = None,
+        pre_enqueue: Mapping[str, PreEnqueueFn] | None = None,
+        on_gated: Callable[[QueuedPodInfo], None] | None = None,
+        on_incoming: IncomingFn | None = None,
     ) -> None:
         if not 0 < initial_backoff <= max_backoff:
             raise ValueError(
@@ -304,6 +230,9 @@ class SchedulingQueue:
             if event_interest is None
             else {event: frozenset(plugins) for event, plugins in event_interest.items()}
         )
+        self._pre_enqueue: dict[str, PreEnqueueFn] = dict(pre_enqueue or {})
+        self._on_gated = on_gated
+        self._on_incoming = on_incoming
         self._seq = itertools.count()
         self._active: Any = SortedList()  # of _Entry (sort key, seq, info)
         self._active_index: dict[str, _Entry] = {}
@@ -312,6 +241,7 @@ class SchedulingQueue:
         self._unschedulable: dict[str, QueuedPodInfo] = {}  # in order of unschedulable_since
         self._by_plugin: dict[str, set[str]] = {}  # rejecting plugin -> uids in unschedulable
         self._gated: dict[str, QueuedPodInfo] = {}
+        self._gated_by_plugin: dict[str, set[str]] = {}  # gating plugin -> uids in gated
         self._in_flight: dict[str, _Flight] = {}
         self._cycle = 0
         self._move_request_cycle = -1
@@ -370,58 +300,41 @@ class SchedulingQueue:
         flight = self._in_flight.get(uid)
         return flight.info if flight is not None else None
 
-    def invalid_pods(self) -> list[QueuedPodInfo]:
-        """Gated pods held for a malformed annotation (``info.error``), to report them."""
-        return [info for info in self._gated.values() if info.error is not None]
-
     # -- pods from the informer ----------------------------------------------------------
 
     def add(self, pod: dict[str, Any]) -> QueuedPodInfo:
-        """A new pending pod: to active, or gated. O(log n).
+        """A new pending pod: PreEnqueue, then to active, or gated. O(log n).
 
         A pod the queue already holds (the informer re-listed) is treated as an update.
-        Returns the info; check ``info.error`` and report it.
+        Returns the info (``info.gated`` and ``info.error`` tell whether and why it waits).
         """
-        facts = _facts(pod)
-        if self.get(facts.uid) is not None:
+        uid, key = _identity(pod)
+        if self.get(uid) is not None:
             return self.update(None, pod)
         now = self._clock.monotonic()
-        info = QueuedPodInfo(
-            pod=pod,
-            key=facts.key,
-            uid=facts.uid,
-            timestamp=now,
-            seq=next(self._seq),
-            priority=facts.priority,
-            pod_priority=facts.pod_priority,
-        )
-        _apply(info, pod, facts)
-        if info.gated:
-            self._gated[info.uid] = info
-        else:
-            self._push_active(info, now)
+        info = QueuedPodInfo(pod=pod, key=key, uid=uid, timestamp=now, seq=next(self._seq))
+        self._enter(info, now, POD_ADD)
         return info
 
     def update(self, old: dict[str, Any] | None, new: dict[str, Any]) -> QueuedPodInfo:
-        """A pending pod changed. O(log n).
+        """A pending pod changed. O(log n) plus one PreEnqueue.
 
         The queue compares ``new`` with the version it holds (the one the pod's last attempt
         judged; informer events may coalesce, so ``old`` can be newer than that). ``old`` is
         accepted so the method plugs into an update handler, and is otherwise unused.
+        Unless only status and bookkeeping metadata changed, PreEnqueue runs again:
 
-        - active or backoff: the new version replaces the old (re-sorted if its key changed);
-        - unschedulable: if anything but status and bookkeeping metadata changed, the pod may
-          now fit: to backoff if still backing off, else active; a status-only update leaves it;
-        - gated: to active (or backoff) once neither a gate nor an invalid annotation holds it;
+        - active or backoff: the new version replaces the old (re-sorted if its key changed),
+          or the pod is gated;
+        - unschedulable: the pod may now fit: to backoff if still backing off, else active
+          (or gated); a status-only update leaves it;
+        - gated: to active (or backoff) once PreEnqueue lets it in;
         - in flight: kept aside and applied when the pod returns; a relevant change sends it
-          to backoff instead of unschedulable then;
+          to backoff (through PreEnqueue) instead of unschedulable then;
         - unknown: added (upstream does the same). The caller must not route updates for
           pods it has assumed or bound here.
-
-        A change that gates the pod (an invalid annotation) moves it to gated from anywhere.
         """
-        facts = _facts(new)
-        uid = facts.uid
+        uid, key = _identity(new)
         now = self._clock.monotonic()
         flight = self._in_flight.get(uid)
         if flight is not None:
@@ -429,42 +342,36 @@ class SchedulingQueue:
                 flight.moved = True
             flight.latest = new
             return flight.info
-        if uid in self._active_index:
-            info = self._remove_active(uid)
-            _apply(info, new, facts)
-            if info.gated:
-                self._gated[uid] = info
-            else:
-                self._push_active(info, now)
-            return info
-        if uid in self._backoff_index:
-            info = self._remove_backoff(uid)
-            _apply(info, new, facts)
-            if info.gated:
-                self._gated[uid] = info
-            else:
-                self._push_backoff(info)
-            return info
-        if uid in self._unschedulable:
-            info = self._unschedulable[uid]
-            if not _may_change_scheduling(info.pod, new):
-                info.pod = new  # status only: same facts, stays in place
-                return info
-            self._remove_unschedulable(uid)
-            _apply(info, new, facts)
-            if info.gated:
-                self._gated[uid] = info
-            else:
-                self._requeue(info, now)
+        info = self.get(uid)
+        if info is None:
+            return self.add(new)
+        relevant = _may_change_scheduling(info.pod, new)
+        if uid in self._unschedulable and not relevant:
+            info.pod = new  # status only: stays in place
             return info
         if uid in self._gated:
-            info = self._gated[uid]
-            _apply(info, new, facts)
-            if not info.gated:
-                del self._gated[uid]
-                self._requeue(info, now)
+            info.pod, info.key = new, key
+            if relevant:
+                self._retry_gated(info, now, POD_UPDATE)
             return info
-        return self.add(new)
+        if uid in self._unschedulable:
+            self._remove_unschedulable(uid)
+            info.pod, info.key = new, key
+            self._enter(info, now, POD_UPDATE)
+            return info
+        in_backoff = uid in self._backoff_index
+        if in_backoff:
+            self._remove_backoff(uid)
+        else:
+            self._remove_active(uid)
+        info.pod, info.key = new, key
+        if relevant and not self._admit(info):
+            self._put_gated(info, POD_UPDATE)
+        elif in_backoff:
+            self._push_backoff(info, None)  # same queue: not counted as incoming
+        else:
+            self._push_active(info, now, None)
+        return info
 
     def delete(self, pod: Mapping[str, Any]) -> bool:
         """The pod is gone (deleted, or assigned by someone): forget it. O(log n).
@@ -472,7 +379,7 @@ class SchedulingQueue:
         An in-flight pod is marked so that returning it drops it. Returns whether the queue
         knew the pod.
         """
-        uid = _facts(pod).uid
+        uid, _ = _identity(pod)
         if uid in self._active_index:
             self._remove_active(uid)
         elif uid in self._backoff_index:
@@ -480,7 +387,7 @@ class SchedulingQueue:
         elif uid in self._unschedulable:
             self._remove_unschedulable(uid)
         elif uid in self._gated:
-            del self._gated[uid]
+            self._remove_gated(uid)
         elif uid in self._in_flight:
             self._in_flight[uid].deleted = True
         else:
@@ -493,7 +400,7 @@ class SchedulingQueue:
         """Wait for an active pod and take the head; it is in flight until returned or done.
 
         Increments the scheduling cycle and ``info.attempts`` and clears the info's
-        unschedulable and pending plugins for the scheduler to fill. Raises
+        unschedulable and pending plugins and nominated node for the scheduler to fill. Raises
         :class:`QueueClosed` once the queue is closed (pods still queued are not drained).
         Cancelling a waiting ``pop`` changes nothing.
         """
@@ -523,6 +430,7 @@ class SchedulingQueue:
         info.attempts += 1
         info.unschedulable_plugins = set()
         info.pending_plugins = set()
+        info.nominated_node_name = None
         self._in_flight[info.uid] = _Flight(info, self._cycle)
         return info
 
@@ -530,48 +438,47 @@ class SchedulingQueue:
         """The pod's attempt failed: rejected by ``info.unschedulable_plugins`` (or made to
         wait by ``info.pending_plugins``), which the scheduler set. O(log n).
 
-        ``cycle`` is the cycle it was popped in (default ``info.cycle``). It goes to backoff if
-        a move request arrived since that cycle began, an update or ``activate`` arrived while
-        it was in flight, or no plugin is named (an unexplained failure); otherwise to
-        unschedulable, to wait for an event its plugins care about. Ends the flight. Returns
-        where it went, or None if it was deleted while in flight. Raises ValueError if the pod
-        is not in flight (not popped, or already returned).
+        ``cycle`` is the cycle it was popped in (default ``info.cycle``). It goes to backoff
+        (through PreEnqueue, so possibly to gated) if a move request arrived since that cycle
+        began, an update or ``activate`` arrived while it was in flight, a PostFilter
+        nominated a node for it (``info.nominated_node_name``), or no plugin is named (an
+        unexplained failure); otherwise to unschedulable, to wait for an event its plugins
+        care about. Ends the flight. Returns where it went, or None if it was deleted while in
+        flight. Raises ValueError if the pod is not in flight (not popped, or already returned).
         """
         flight = self._end_flight(info)
         if flight is None:
             return None
         now = self._clock.monotonic()
         info.backoff_expiry = now + self._backoff_seconds(info.attempts)
-        if info.gated:
-            self._gated[info.uid] = info
-            return GATED
         cycle = info.cycle if cycle is None else cycle
         rejected = bool(info.unschedulable_plugins or info.pending_plugins)
-        if flight.moved or self._move_request_cycle >= cycle or not rejected:
-            self._push_backoff(info)
-            return BACKOFF
-        self._put_unschedulable(info, now)
+        if (
+            flight.moved
+            or self._move_request_cycle >= cycle
+            or not rejected
+            or info.nominated_node_name
+        ):
+            return self._enter(info, now, SCHEDULE_ATTEMPT_FAILURE, to_backoff=True)
+        self._put_unschedulable(info, now, SCHEDULE_ATTEMPT_FAILURE)
         return UNSCHEDULABLE
 
     def requeue_after_error(self, info: QueuedPodInfo) -> str | None:
         """The attempt failed for a reason other than the pod not fitting (an error in a
-        plugin, a failed Binding or Lease write): back to backoff, whatever happened
-        meanwhile. Clears the info's plugins. Ends the flight. O(log n).
+        plugin, a failed Binding or Lease write): back to backoff (through PreEnqueue),
+        whatever happened meanwhile. Clears the info's plugins. Ends the flight. O(log n).
 
-        Returns where it went (backoff, or gated if an update gated it), or None if it was
-        deleted while in flight. Raises ValueError if the pod is not in flight.
+        Returns where it went (backoff, or gated if PreEnqueue rejects it now), or None if it
+        was deleted while in flight. Raises ValueError if the pod is not in flight.
         """
         flight = self._end_flight(info)
         if flight is None:
             return None
         info.unschedulable_plugins = set()
         info.pending_plugins = set()
-        info.backoff_expiry = self._clock.monotonic() + self._backoff_seconds(info.attempts)
-        if info.gated:
-            self._gated[info.uid] = info
-            return GATED
-        self._push_backoff(info)
-        return BACKOFF
+        now = self._clock.monotonic()
+        info.backoff_expiry = now + self._backoff_seconds(info.attempts)
+        return self._enter(info, now, SCHEDULE_ATTEMPT_FAILURE, to_backoff=True)
 
     def done(self, uid: str, cycle: int | None = None) -> None:
         """The pod's cycle is over (bound, or given up): it leaves the queue. Idempotent.
@@ -591,11 +498,12 @@ class SchedulingQueue:
         released...): upstream's ``MoveAllToActiveOrBackoffQueue``. Returns the pods moved.
 
         Moves each unschedulable pod rejected (or made to wait) by a plugin interested in
-        ``event``, and for which ``hint(info)`` is true when given (upstream's preCheck; a hint
-        that raises counts as true, so that a bug never strands a pod). It goes to backoff if
-        still backing off, else active; to active at once if a waiting (pending) plugin is
-        interested. If any plugin is interested, records a move request for in-flight pods.
-        O(m log n) for m candidate pods.
+        ``event``, and each gated pod whose gating plugin is, for which ``hint(info)`` is true
+        when given (upstream's preCheck; a hint that raises counts as true, so that a bug never
+        strands a pod). An unschedulable pod goes to backoff if still backing off, else active;
+        to active at once if a waiting (pending) plugin is interested; PreEnqueue runs first,
+        and a gated pod it still rejects stays gated (not counted as moved). If any plugin is
+        interested, records a move request for in-flight pods. O(m log n) for m candidates.
         """
         interest = self._interest(event)
         if interest is not None and not interest:
@@ -603,58 +511,71 @@ class SchedulingQueue:
         self._move_request_cycle = self._cycle
         if interest is None:
             candidates = list(self._unschedulable.values())
+            gated = list(self._gated.values())
         else:
             uids: set[str] = set()
+            gated_uids: set[str] = set()
             for plugin in interest:
                 uids |= self._by_plugin.get(plugin, set())
+                gated_uids |= self._gated_by_plugin.get(plugin, set())
             candidates = [self._unschedulable[uid] for uid in uids]
+            gated = [self._gated[uid] for uid in gated_uids]
         now = self._clock.monotonic()
+        label = _event_label(event)
         moved = 0
         for info in candidates:
             if hint is not None and not self._hint_says_move(hint, info, event):
                 continue
             self._remove_unschedulable(info.uid)
             immediate = interest is not None and not interest.isdisjoint(info.pending_plugins)
-            self._requeue(info, now, immediate=immediate)
+            self._enter(info, now, label, immediate=immediate)
             moved += 1
+        for info in gated:
+            if hint is not None and not self._hint_says_move(hint, info, event):
+                continue
+            if self._retry_gated(info, now, label):
+                moved += 1
         return moved
 
     def activate(self, uids: Iterable[str]) -> int:
         """Move these pods to active now, skipping backoff (upstream ``Activate``; gangs pull
-        in their siblings). Pods in unschedulable or backoff move; an in-flight pod goes to
-        backoff rather than unschedulable when returned; others are left. O(log n) each.
-        Returns the pods moved."""
+        in their siblings). Pods in unschedulable, backoff or gated (through PreEnqueue) move;
+        an in-flight pod goes to backoff rather than unschedulable when returned; others are
+        left. O(log n) each. Returns the pods moved."""
         now = self._clock.monotonic()
         moved = 0
         for uid in uids:
             if uid in self._unschedulable:
-                self._push_active(self._remove_unschedulable(uid), now)
+                info = self._remove_unschedulable(uid)
+                where = self._enter(info, now, FORCE_ACTIVATE, immediate=True)
+                moved += where == ACTIVE
             elif uid in self._backoff_index:
-                self._push_active(self._remove_backoff(uid), now)
+                self._push_active(self._remove_backoff(uid), now, FORCE_ACTIVATE)
+                moved += 1
+            elif uid in self._gated:
+                moved += self._retry_gated(self._gated[uid], now, FORCE_ACTIVATE, immediate=True)
             elif uid in self._in_flight:
                 self._in_flight[uid].moved = True
-                continue
-            else:
-                continue
-            moved += 1
         return moved
 
     def flush_backoff_completed(self) -> int:
-        """Move pods whose backoff has expired to active. O(k log n) for k pods moved."""
+        """Move pods whose backoff has expired to active (PreEnqueue ran when they entered
+        backoff). O(k log n) for k pods moved."""
         now = self._clock.monotonic()
         moved = 0
         while self._backoff and self._backoff[0][0] <= now:
             entry: _Entry = self._backoff.pop(0)
             info = entry[2]
             del self._backoff_index[info.uid]
-            self._push_active(info, now)
+            self._push_active(info, now, BACKOFF_COMPLETE)
             moved += 1
         return moved
 
     def flush_unschedulable_left_over(self) -> int:
         """Move pods unschedulable for ``max_in_unschedulable`` seconds or more to backoff or
-        active: the safety net for an event that was missed or never registered. Unlike
-        upstream it records no move request (a timeout is no cluster change).
+        active (through PreEnqueue): the safety net for an event that was missed or never
+        registered. Gated pods stay (only their plugins' events or an update release them).
+        Unlike upstream it records no move request (a timeout is no cluster change).
         O(k log n) for k pods moved."""
         now = self._clock.monotonic()
         due: list[QueuedPodInfo] = []
@@ -665,7 +586,7 @@ class SchedulingQueue:
             due.append(info)
         for info in due:
             self._remove_unschedulable(info.uid)
-            self._requeue(info, now)
+            self._enter(info, now, UNSCHEDULABLE_TIMEOUT)
         return len(due)
 
     async def run(self, *, backoff_interval: float = 1.0, leftover_interval: float = 30.0) -> None:
@@ -727,45 +648,116 @@ class SchedulingQueue:
         if flight.deleted:
             return None
         if flight.latest is not None:
-            _apply(info, flight.latest, _facts(flight.latest))
+            info.pod = flight.latest
+            info.key = _identity(flight.latest)[1]
         return flight
 
-    def _requeue(self, info: QueuedPodInfo, now: float, *, immediate: bool = False) -> None:
-        """To backoff if still backing off (and not ``immediate``), else to active."""
-        if not immediate and info.backoff_expiry is not None and info.backoff_expiry > now:
-            self._push_backoff(info)
-        else:
-            self._push_active(info, now)
+    def _admit(self, info: QueuedPodInfo) -> bool:
+        """Run the pod's profile's PreEnqueue; record the gating plugin and message (and, as
+        upstream, the plugin in ``unschedulable_plugins``) on rejection. True if admitted."""
+        spec = info.pod.get("spec") or {}
+        fn = self._pre_enqueue.get(spec.get("schedulerName") or "")
+        if fn is None:
+            return True
+        try:
+            status = fn(info.pod)
+        except Exception as exc:  # a bug in the framework: the pod waits, nothing crashes
+            log.exception("PreEnqueue for %s failed", info.key)
+            status = Status.error(exc)
+        if status.is_success:
+            return True
+        plugin = status.plugin
+        message = status.message() or f"rejected by PreEnqueue plugin {plugin!r}"
+        changed = (info.gating_plugin, info.error) != (plugin, message)
+        info.gating_plugin = plugin
+        info.error = message
+        info.unschedulable_plugins = {plugin} if plugin else set()
+        info.pending_plugins = set()
+        if changed and self._on_gated is not None:
+            self._on_gated(info)
+        return False
 
-    def _push_active(self, info: QueuedPodInfo, now: float) -> None:
+    def _enter(
+        self,
+        info: QueuedPodInfo,
+        now: float,
+        event: str,
+        *,
+        to_backoff: bool = False,
+        immediate: bool = False,
+    ) -> str:
+        """Upstream's ``moveToActiveQ``/``moveToBackoffQ``: PreEnqueue, then to backoff
+        (``to_backoff``, or still backing off and not ``immediate``) or active; to gated if
+        rejected. Returns where the pod went."""
+        if not self._admit(info):
+            self._put_gated(info, event)
+            return GATED
+        return self._place(info, now, event, to_backoff=to_backoff, immediate=immediate)
+
+    def _place(
+        self, info: QueuedPodInfo, now: float, event: str, *, to_backoff: bool, immediate: bool
+    ) -> str:
+        """An admitted pod: to backoff or active (see :meth:`_enter`)."""
+        backing_off = info.backoff_expiry is not None and info.backoff_expiry > now
+        if to_backoff or (backing_off and not immediate):
+            self._push_backoff(info, event)
+            return BACKOFF
+        self._push_active(info, now, event)
+        return ACTIVE
+
+    def _retry_gated(
+        self, info: QueuedPodInfo, now: float, event: str, *, immediate: bool = False
+    ) -> bool:
+        """PreEnqueue again for a gated pod: out of gated if admitted (True), else it stays
+        (its gating plugin or message may have changed)."""
+        uid = info.uid
+        self._unindex_gated(info)
+        if not self._admit(info):
+            self._index_gated(info)
+            return False
+        del self._gated[uid]
+        info.gated = False
+        info.gating_plugin = None
+        info.error = None
+        self._place(info, now, event, to_backoff=False, immediate=immediate)
+        return True
+
+    def _count(self, queue: str, event: str | None) -> None:
+        if event is not None and self._on_incoming is not None:
+            self._on_incoming(queue, event)
+
+    def _push_active(self, info: QueuedPodInfo, now: float, event: str | None) -> None:
         if info.initial_attempt_timestamp is None:
             info.initial_attempt_timestamp = now
         entry: _Entry = (self._sort_key(info), info.seq, info)
         self._active.add(entry)
         self._active_index[info.uid] = entry
         self._wakeup.set()
+        self._count(ACTIVE, event)
 
     def _remove_active(self, uid: str) -> QueuedPodInfo:
         entry = self._active_index.pop(uid)
         self._active.remove(entry)
         return entry[2]
 
-    def _push_backoff(self, info: QueuedPodInfo) -> None:
+    def _push_backoff(self, info: QueuedPodInfo, event: str | None) -> None:
         assert info.backoff_expiry is not None
         entry: _Entry = (info.backoff_expiry, info.seq, info)
         self._backoff.add(entry)
         self._backoff_index[info.uid] = entry
+        self._count(BACKOFF, event)
 
     def _remove_backoff(self, uid: str) -> QueuedPodInfo:
         entry = self._backoff_index.pop(uid)
         self._backoff.remove(entry)
         return entry[2]
 
-    def _put_unschedulable(self, info: QueuedPodInfo, now: float) -> None:
+    def _put_unschedulable(self, info: QueuedPodInfo, now: float, event: str) -> None:
         info.unschedulable_since = now
         self._unschedulable[info.uid] = info
         for plugin in info.unschedulable_plugins | info.pending_plugins:
             self._by_plugin.setdefault(plugin, set()).add(info.uid)
+        self._count(UNSCHEDULABLE, event)
 
     def _remove_unschedulable(self, uid: str) -> QueuedPodInfo:
         info = self._unschedulable.pop(uid)
@@ -775,6 +767,30 @@ class SchedulingQueue:
             if not uids:
                 del self._by_plugin[plugin]
         return info
+
+    def _put_gated(self, info: QueuedPodInfo, event: str) -> None:
+        """Gated pods count as ``unschedulable`` incoming, as upstream's (they share its
+        unschedulablePods there)."""
+        info.gated = True
+        self._gated[info.uid] = info
+        self._index_gated(info)
+        self._count(UNSCHEDULABLE, event)
+
+    def _remove_gated(self, uid: str) -> QueuedPodInfo:
+        info = self._gated.pop(uid)
+        self._unindex_gated(info)
+        return info
+
+    def _index_gated(self, info: QueuedPodInfo) -> None:
+        if info.gating_plugin:
+            self._gated_by_plugin.setdefault(info.gating_plugin, set()).add(info.uid)
+
+    def _unindex_gated(self, info: QueuedPodInfo) -> None:
+        if info.gating_plugin:
+            uids = self._gated_by_plugin[info.gating_plugin]
+            uids.discard(info.uid)
+            if not uids:
+                del self._gated_by_plugin[info.gating_plugin]
 
     def _check(self) -> None:
         """Assert every invariant (tests call it after each operation). O(n log n)."""
@@ -789,7 +805,6 @@ class SchedulingQueue:
             assert seq == info.seq
             assert key == self._sort_key(info), f"{info.key}: sort key changed while active"
             assert self._active[self._active.bisect_left(entry)] is entry
-            assert not info.gated
             assert info.initial_attempt_timestamp is not None
             queued.append(info)
         for uid, entry in self._backoff_index.items():
@@ -798,13 +813,10 @@ class SchedulingQueue:
             assert seq == info.seq
             assert expiry == info.backoff_expiry
             assert self._backoff[self._backoff.bisect_left(entry)] is entry
-            assert not info.gated
-            assert info.attempts > 0
             queued.append(info)
         since = float("-inf")
         for uid, info in self._unschedulable.items():
             assert info.uid == uid
-            assert not info.gated
             assert info.attempts > 0
             assert info.backoff_expiry is not None
             assert info.unschedulable_since is not None
@@ -822,7 +834,14 @@ class SchedulingQueue:
         for uid, info in self._gated.items():
             assert info.uid == uid
             assert info.gated
+            assert info.gating_plugin is not None
+            assert info.error, f"{info.key} gated without a reason"
+            if info.gating_plugin:
+                assert uid in self._gated_by_plugin[info.gating_plugin]
             queued.append(info)
+        for plugin, uids in self._gated_by_plugin.items():
+            assert uids, f"empty gated index entry for {plugin}"
+            assert all(self._gated[uid].gating_plugin == plugin for uid in uids)
         for uid, flight in self._in_flight.items():
             assert flight.info.uid == uid
             assert flight.cycle == flight.info.cycle
@@ -831,14 +850,11 @@ class SchedulingQueue:
         assert len({id(info) for info in queued}) == len(queued), "a pod held twice"
         assert len({info.uid for info in queued}) == len(queued), "a uid held twice"
         for info in queued:  # an in-flight pod's update waits in its _Flight
-            facts = _facts(info.pod)
-            assert (facts.uid, facts.key, facts.priority, facts.pod_priority) == (
-                info.uid,
-                info.key,
-                info.priority,
-                info.pod_priority,
-            )
-            assert (facts.gated, facts.error) == (info.gated, info.error)
+            assert _identity(info.pod) == (info.uid, info.key)
+            if info.uid not in self._gated:
+                assert not info.gated
+                assert info.gating_plugin is None
+                assert info.error is None
         assert self._move_request_cycle <= self._cycle
         assert sum(self.pending_pods().values()) == len(self)
         assert len(self) + len(self._in_flight) == len(queued)

@@ -241,6 +241,16 @@ class Scheduler:
         self.equivalence = (
             EquivalenceCache(self.rng) if self.config.opportunistic_batching else None
         )
+        incoming: dict[tuple[str, str], Any] = {}  # the counter's children, looked up once
+
+        def count_incoming(queue: str, event: str) -> None:
+            child = incoming.get((queue, event))
+            if child is None:
+                child = incoming[queue, event] = self.metrics.queue_incoming.labels(
+                    queue=queue, event=event
+                )
+            child.inc()
+
         self.queue = SchedulingQueue(
             self.clock,
             first.queue_sort_key,
@@ -249,6 +259,13 @@ class Scheduler:
             max_in_unschedulable=self.config.pod_max_in_unschedulable_pods_duration,
             rng=self.rng,
             event_interest={event: set(by_plugin) for event, by_plugin in self._hints.items()},
+            pre_enqueue={name: fw.run_pre_enqueue for name, fw in self.frameworks.items()},
+            # A pod a PreEnqueue plugin holds back: tell its owner why, as the API server
+            # does for spec.schedulingGates (reason SchedulingGated).
+            on_gated=lambda info: self.events.failed_scheduling(
+                info.pod, info.error or "", reason="SchedulingGated"
+            ),
+            on_incoming=count_incoming,
         )
         res = self.config.reservations
         self.reservations = ReservationWriter(
@@ -464,14 +481,18 @@ class Scheduler:
             return
         if uid in self._binding or self.cache.is_assumed(uid):
             return  # our decision is being bound; this is an older view of the pod
-        info = self.queue.update(old, pod) if old is not None else self.queue.add(pod)
-        if info.error:
-            self.events.failed_scheduling(pod, info.error)
+        # PreEnqueue runs in the queue; a pod it gates is reported through ``on_gated``.
+        if old is not None:
+            self.queue.update(old, pod)
+        else:
+            self.queue.add(pod)
 
     def _emit(self, event: str, old: Any, new: Any) -> None:
         """Tell the queue of a cluster event: it moves the unschedulable pods that a plugin
         which rejected them registered for, and whose queueing hint says the event may help
-        (upstream's ``MoveAllToActiveOrBackoffQueue`` with queueing hints)."""
+        (upstream's ``MoveAllToActiveOrBackoffQueue`` with queueing hints). Gated pods whose
+        gating PreEnqueue plugin registered for the event are asked the same way (the queue
+        records that plugin in ``unschedulable_plugins``) and go through PreEnqueue again."""
         by_plugin = self._hints.get(event)
         if not by_plugin:
             return
@@ -587,7 +608,7 @@ class Scheduler:
             self.events.failed_scheduling(pod, f"scheduler error: {exc}", reason="SchedulerError")
             return SchedulingResult(None, status=Status.error(exc))
         if result.node is None:
-            self._unschedulable(fw, info, result, started)
+            self._unschedulable(fw, state, info, result, started)
             return result
         node = result.node
         assignment = result.assignment or Assignment((), (), (), "")
@@ -716,17 +737,51 @@ class Scheduler:
         )
 
     def _unschedulable(
-        self, fw: Framework, info: QueuedPodInfo, result: SchedulingResult, started: float
+        self,
+        fw: Framework,
+        state: CycleState,
+        info: QueuedPodInfo,
+        result: SchedulingResult,
+        started: float,
     ) -> None:
+        """No node fits (or the cycle failed before Filter): upstream's FitError handling.
+
+        For an Unschedulable outcome (not an error) PostFilter runs, as in upstream's
+        ``schedulingCycle``, with every node's status: each evaluated node's Filter status
+        (the equivalence class's, or the sampled path's, which evaluates every candidate when
+        none fits), the PreFilter rejection for every node when PreFilter rejected the pod, and
+        UnschedulableAndUnresolvable for the nodes a PreFilterResult left out. Its message is
+        appended to the FailedScheduling message; a ``PostFilterResult``'s nominated node is
+        recorded in ``info.nominated_node_name`` and sends the pod to backoff, to be retried.
+        Writing ``status.nominatedNodeName`` to the API and trying the nominated node first
+        belong to preemption (its own issue), not to this method.
+        """
         plugins = {s.plugin for s in result.statuses.values() if s.plugin}
         if result.status is not None and result.status.plugin:
             plugins.add(result.status.plugin)
         is_error = result.status is not None and result.status.is_error
         message = fit_error_message(self.snapshot.num_nodes, result)
+        nominated: str | None = None
+        if not is_error and fw.has_post_filter_plugins() and self.snapshot.num_nodes:
+            if result.statuses:
+                left_out = Status.unresolvable("node(s) didn't satisfy the PreFilter result")
+            else:  # PreFilter rejected the pod (or left no node): the same for every node
+                left_out = result.status or Status.unresolvable("no nodes available")
+            statuses = {
+                n.name: result.statuses.get(n.name, left_out) for n in self.snapshot.node_infos()
+            }
+            post_result, post_status = fw.run_post_filter(state, info.pod, statuses)
+            if post_status.is_error:
+                log.error("PostFilter for %s: %s", _key(info.pod), post_status.message())
+            if post_status.message():
+                message = f"{message} {post_status.message()}."
+            if post_result is not None and post_result.nominated_node_name:
+                nominated = post_result.nominated_node_name
         if is_error:
             self.queue.requeue_after_error(info)
         else:
             info.unschedulable_plugins = plugins
+            info.nominated_node_name = nominated
             self.queue.add_unschedulable(info)
         self.events.failed_scheduling(info.pod, message)
         self._attempt("error" if is_error else "unschedulable", fw, started)

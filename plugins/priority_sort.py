@@ -6,31 +6,38 @@ annotation, ``0`` (highest) to ``4``, default 0. The key, smallest first::
 
     (gpusched priority ascending, spec.priority descending, queued timestamp ascending, ns/name)
 
-For the queue's own ``QueuedPodInfo`` this is :func:`gpusched.queue.default_sort_key`, which
-reads the priorities the queue parsed once when the pod was added (a malformed annotation is
-gated by the queue and sorts last). Any other ``QueuedPodInfo`` (tests, other queues) gets the
-same key computed from the pod.
+The plugin is also a PreEnqueue plugin: a pod whose annotation does not parse is gated with
+the parse error (its place in the queue is unknown, and retrying cannot fix it) until an
+update fixes the annotation; it registers for no cluster event. Should it be sorted anyway
+(PreEnqueue disabled for it), it sorts last, at :data:`LOWEST_PRIORITY`. The key is computed
+once per queue insertion (an annotation lookup and an int parse).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from gpusched.annotations import AnnotationError, parse_priority
-from gpusched.framework import Pod, QueuedPodInfo, QueueSortPlugin
-from gpusched.queue import QueuedPodInfo as QueueInfo
-from gpusched.queue import default_sort_key
+from gpusched.annotations import PRIORITY_LEVELS, AnnotationError, parse_priority
+from gpusched.framework import (
+    ClusterEventWithHint,
+    EnqueueExtensions,
+    Pod,
+    PreEnqueuePlugin,
+    QueuedPodInfo,
+    QueueSortPlugin,
+    Status,
+)
 
 __all__ = ["LOWEST_PRIORITY", "NAME", "PrioritySort", "sort_key_of"]
 
 NAME: Final = "PrioritySort"
 
-LOWEST_PRIORITY: Final = 4
-"""Where a pod whose ``gpusched.io/priority`` does not parse sorts (the queue gates it)."""
+LOWEST_PRIORITY: Final = PRIORITY_LEVELS[-1]
+"""Where a pod whose ``gpusched.io/priority`` does not parse sorts."""
 
 
 def sort_key_of(pod: Pod, timestamp: float) -> tuple[int, int, float, str]:
-    """The sort key of a pod queued at ``timestamp``, as :func:`default_sort_key` computes it."""
+    """The sort key of a pod queued at ``timestamp`` (module docstring)."""
     try:
         priority = parse_priority(pod)
     except AnnotationError:
@@ -41,13 +48,24 @@ def sort_key_of(pod: Pod, timestamp: float) -> tuple[int, int, float, str]:
     return (priority, -int(spec.get("priority") or 0), timestamp, key)
 
 
-class PrioritySort(QueueSortPlugin):
-    """Orders the active queue by gpusched priority, then ``spec.priority``, then FIFO."""
+class PrioritySort(QueueSortPlugin, PreEnqueuePlugin, EnqueueExtensions):
+    """Orders the active queue by gpusched priority, then ``spec.priority``, then FIFO; gates
+    pods whose priority annotation is malformed."""
 
     NAME = NAME
 
     def sort_key(self, info: QueuedPodInfo) -> tuple[Any, ...]:
-        """The pod's key (module docstring). O(1) for the queue's infos."""
-        if isinstance(info, QueueInfo):
-            return default_sort_key(info)
+        """The pod's key (module docstring). O(1)."""
         return sort_key_of(info.pod, info.timestamp)
+
+    def pre_enqueue(self, pod: Pod) -> Status:
+        """UnschedulableAndUnresolvable with the parse error when the annotation is invalid."""
+        try:
+            parse_priority(pod)
+        except AnnotationError as exc:
+            return Status.unresolvable(str(exc), plugin=NAME)
+        return Status.success()
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        """None: only an update to the pod itself (handled by the queue) can fix it."""
+        return []

@@ -1,5 +1,8 @@
-"""The scheduling queue: ordering, backoff, unschedulable pool, events, updates, waiting pops,
-and a random-operation stress test against an independent model."""
+"""The scheduling queue: ordering, backoff, unschedulable pool, events, updates, PreEnqueue,
+waiting pops, and a random-operation stress test against an independent model.
+
+The queue is built as the scheduler builds it: ordered by the default profile's QueueSort key
+(PrioritySort) and gated by its PreEnqueue plugins (PrioritySort, SchedulingGates)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import pytest
 import gpusched.queue as queue_module
 from gpusched.annotations import PRIORITY
 from gpusched.clock import FakeClock
+from gpusched.framework import Framework, Status, build_frameworks, default_config, in_tree
 from gpusched.queue import (
     ACTIVE,
     BACKOFF,
@@ -109,9 +113,19 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+FRAMEWORK: Framework = build_frameworks(default_config(), in_tree())["gpusched"]
+
+
+def make_queue(clock: FakeClock, **kwargs: Any) -> SchedulingQueue:
+    """A queue ordered and gated by the default profile's plugins."""
+    kwargs.setdefault("sort_key", FRAMEWORK.queue_sort_key)
+    kwargs.setdefault("pre_enqueue", {"gpusched": FRAMEWORK.run_pre_enqueue})
+    return SchedulingQueue(clock, **kwargs)
+
+
 @pytest.fixture
 def q(clock: FakeClock) -> SchedulingQueue:
-    return SchedulingQueue(clock, jitter=0.0, event_interest=INTEREST)
+    return make_queue(clock, jitter=0.0, event_interest=INTEREST)
 
 
 @pytest.fixture
@@ -198,15 +212,18 @@ async def test_pop_order(
     q._check()
 
 
-def test_default_sort_key() -> None:
-    info = QueuedPodInfo(
-        pod={}, key="ns/p", uid="u", timestamp=2.5, seq=0, priority=3, pod_priority=100
-    )
-    assert default_sort_key(info) == (3, -100, 2.5, "ns/p")
+def test_default_sort_key_is_fifo(clock: FakeClock) -> None:
+    info = QueuedPodInfo(pod={}, key="ns/p", uid="u", timestamp=2.5, seq=7)
+    assert default_sort_key(info) == (2.5, 7)
+    q = SchedulingQueue(clock)  # no QueueSort, no PreEnqueue: FIFO, nothing gated
+    for name in ("b", "a", "c"):
+        q.add(make_pod(name, priority="x" if name == "a" else "4", gates=("g",)))
+    assert [popped(q).key for _ in range(3)] == ["default/b", "default/a", "default/c"]
+    q._check()
 
 
 def test_custom_sort_key_with_ties_broken_in_creation_order(clock: FakeClock) -> None:
-    q = SchedulingQueue(clock, sort_key=lambda info: (-info.pod_priority,), jitter=0.0)
+    q = SchedulingQueue(clock, sort_key=lambda info: (-info.pod["spec"]["priority"],), jitter=0.0)
     for name, spec_priority in [("a", 1), ("b", 5), ("c", 1), ("d", 5)]:
         q.add(make_pod(name, priority="4" if name == "b" else "0", spec_priority=spec_priority))
     assert [popped(q).key for _ in range(4)] == ["default/b", "default/d", "default/a", "default/c"]
@@ -214,10 +231,10 @@ def test_custom_sort_key_with_ties_broken_in_creation_order(clock: FakeClock) ->
 
 def test_info_fields_on_add_and_pop(q: SchedulingQueue, clock: FakeClock) -> None:
     info = q.add(make_pod("p", priority="2", spec_priority=7, namespace="team"))
-    assert (info.key, info.uid, info.priority, info.pod_priority) == ("team/p", "uid-team-p", 2, 7)
+    assert (info.key, info.uid) == ("team/p", "uid-team-p")
     assert (info.timestamp, info.initial_attempt_timestamp, info.attempts) == (0.0, 0.0, 0)
     assert not info.gated
-    assert info.error is None
+    assert (info.error, info.gating_plugin) == (None, None)
     assert q.location(info.uid) == ACTIVE
     assert q.get(info.uid) is info
     got = popped(q)
@@ -509,15 +526,15 @@ def test_invalid_priority_annotation_gates_the_pod_until_fixed(
     assert q.update(pod, bad) is info
     assert q.location(info.uid) == GATED
     assert info.gated
+    assert info.gating_plugin == "PrioritySort"
+    assert info.unschedulable_plugins == {"PrioritySort"}
     assert PRIORITY in (info.error or "")
-    assert q.invalid_pods() == [info]
     assert q.pending_pods()[GATED] == 1
     q._check()
     fixed = annotated(bad, "3")
     q.update(bad, fixed)
     assert q.location(info.uid) == (ACTIVE if state == ACTIVE else BACKOFF)
-    assert (info.gated, info.error, info.priority) == (False, None, 3)
-    assert q.invalid_pods() == []
+    assert (info.gated, info.error, info.gating_plugin) == (False, None, None)
     q._check()
 
 
@@ -540,6 +557,10 @@ async def test_scheduling_gates_hold_the_pod_until_removed(
     pod = make_pod("p", gates=("example.com/quota",))
     info = q.add(pod)
     assert (info.gated, info.initial_attempt_timestamp) == (True, None)
+    assert (info.gating_plugin, info.error) == (
+        "SchedulingGates",
+        "waiting for scheduling gates: [example.com/quota]",
+    )
     assert q.pending_pods() == {ACTIVE: 0, BACKOFF: 0, UNSCHEDULABLE: 0, GATED: 1}
     await clock.advance(3.0)
     q.update(pod, status_only(pod))
@@ -584,6 +605,227 @@ def test_update_of_unknown_pod_adds_it_and_re_add_is_an_update(q: SchedulingQueu
     assert again is info
     assert len(q) == 1
     q._check()
+
+
+# -- PreEnqueue -----------------------------------------------------------------------------
+
+
+class Toggle:
+    """A PreEnqueue callable whose verdict the test sets: ``None`` admits, a string rejects
+    (as plugin "Quota"), an exception is raised."""
+
+    def __init__(self) -> None:
+        self.verdict: str | Exception | None = "quota exhausted"
+        self.calls = 0
+
+    def __call__(self, pod: dict[str, Any]) -> Status:
+        self.calls += 1
+        if isinstance(self.verdict, Exception):
+            raise self.verdict
+        if self.verdict is None:
+            return Status.success()
+        return Status.unschedulable(self.verdict, plugin="Quota")
+
+
+def gate_queue(clock: FakeClock, toggle: Toggle, **kwargs: Any) -> SchedulingQueue:
+    return make_queue(
+        clock,
+        jitter=0.0,
+        event_interest={**INTEREST, "QuotaFreed": {"Quota"}},
+        pre_enqueue={"gpusched": toggle},
+        **kwargs,
+    )
+
+
+def test_a_pre_enqueue_rejection_gates_the_pod_with_its_reason(clock: FakeClock) -> None:
+    toggle = Toggle()
+    reported: list[tuple[str | None, str | None]] = []
+    q = gate_queue(clock, toggle, on_gated=lambda i: reported.append((i.gating_plugin, i.error)))
+    info = q.add(make_pod("p"))
+    assert q.location(info.uid) == GATED
+    assert (info.gated, info.gating_plugin, info.error) == (True, "Quota", "quota exhausted")
+    assert info.unschedulable_plugins == {"Quota"}
+    assert info.initial_attempt_timestamp is None
+    assert reported == [("Quota", "quota exhausted")]
+    assert q.pop_nowait() is None
+    q.update(info.pod, status_only(info.pod))  # no PreEnqueue for a status-only update
+    assert (toggle.calls, reported) == (1, [("Quota", "quota exhausted")])
+    toggle.verdict = "still exhausted"
+    q.update(info.pod, relabelled(info.pod))
+    assert reported[-1] == ("Quota", "still exhausted"), "a new reason is reported"
+    assert q.location(info.uid) == GATED
+    q._check()
+    toggle.verdict = None
+    q.update(info.pod, relabelled(info.pod, "v3"))
+    assert q.location(info.uid) == ACTIVE
+    assert (info.gated, info.gating_plugin, info.error) == (False, None, None)
+    q._check()
+
+
+def test_a_pre_enqueue_that_raises_gates_the_pod_and_nothing_crashes(clock: FakeClock) -> None:
+    toggle = Toggle()
+    toggle.verdict = RuntimeError("boom")
+    q = gate_queue(clock, toggle)
+    info = q.add(make_pod("p"))
+    assert q.location(info.uid) == GATED
+    assert info.gating_plugin == ""
+    assert "boom" in (info.error or "")
+    assert q.on_event("QuotaFreed") == 0, "no plugin named: only an update or '*' retries it"
+    toggle.verdict = None
+    assert q.on_event(WILDCARD_EVENT) == 1
+    assert q.location(info.uid) == ACTIVE
+    q._check()
+
+
+def test_pre_enqueue_runs_for_its_own_profile_only(clock: FakeClock) -> None:
+    toggle = Toggle()
+    q = gate_queue(clock, toggle)
+    other = changed(make_pod("other"), lambda p: p["spec"].update(schedulerName="someone-else"))
+    assert q.location(q.add(other).uid) == ACTIVE
+    assert toggle.calls == 0
+
+
+@pytest.mark.parametrize("use_hint", [False, True])
+def test_a_gated_pod_re_enters_on_an_event_its_gating_plugin_registered_for(
+    clock: FakeClock, use_hint: bool
+) -> None:
+    toggle = Toggle()
+    q = gate_queue(clock, toggle)
+    info = q.add(make_pod("p"))
+    toggle.verdict = None
+    assert q.on_event("NodeAdd") == 0, "Quota did not register for NodeAdd"
+    assert q.location(info.uid) == GATED
+    seen: list[set[str]] = []
+
+    def hint(i: QueuedPodInfo) -> bool:
+        seen.append(set(i.unschedulable_plugins))
+        return not use_hint
+
+    assert q.on_event("QuotaFreed", hint) == (0 if use_hint else 1)
+    assert seen == [{"Quota"}]
+    assert q.location(info.uid) == (GATED if use_hint else ACTIVE)
+    q._check()
+
+
+def test_an_event_rechecks_the_gate_and_a_refusal_keeps_the_pod_gated(clock: FakeClock) -> None:
+    toggle = Toggle()
+    q = gate_queue(clock, toggle)
+    info = q.add(make_pod("p"))
+    assert q.on_event("QuotaFreed") == 0
+    assert (q.location(info.uid), toggle.calls) == (GATED, 2)
+    q._check()
+
+
+@pytest.mark.parametrize("how", ["event", "error", "leftover", "activate"])
+async def test_pods_leaving_unschedulable_or_flight_pass_pre_enqueue(
+    clock: FakeClock, how: str
+) -> None:
+    toggle = Toggle()
+    toggle.verdict = None
+    q = gate_queue(clock, toggle)
+    info = q.add(make_pod("p"))
+    assert popped(q) is info
+    toggle.verdict = "closed"
+    if how == "error":
+        assert q.requeue_after_error(info) == GATED
+    else:
+        info.unschedulable_plugins.add("Fit")
+        assert q.add_unschedulable(info) == UNSCHEDULABLE, "PreEnqueue waits for the move"
+        if how == "event":
+            assert q.on_event("NodeAdd") == 1
+        elif how == "leftover":
+            await clock.advance(300.0)
+            assert q.flush_unschedulable_left_over() == 1
+        else:
+            assert q.activate([info.uid]) == 0
+    assert q.location(info.uid) == GATED
+    assert info.gating_plugin == "Quota"
+    q._check()
+
+
+def test_backoff_to_active_does_not_run_pre_enqueue_again(clock: FakeClock) -> None:
+    toggle = Toggle()
+    toggle.verdict = None
+    q = gate_queue(clock, toggle)
+    info = put(q, make_pod("p"), BACKOFF)
+    calls = toggle.calls
+    toggle.verdict = "closed"
+    assert q.activate([info.uid]) == 1
+    assert (q.location(info.uid), toggle.calls) == (ACTIVE, calls)
+
+
+def test_a_nominated_pod_goes_to_backoff_and_pop_clears_the_nomination(q: SchedulingQueue) -> None:
+    info = q.add(make_pod("p"))
+    assert popped(q) is info
+    info.unschedulable_plugins.add("Fit")
+    info.nominated_node_name = "node-1"
+    assert q.add_unschedulable(info) == BACKOFF
+    q.activate([info.uid])
+    assert popped(q) is info
+    assert info.nominated_node_name is None
+    info.unschedulable_plugins.add("Fit")
+    assert q.add_unschedulable(info) == UNSCHEDULABLE
+    q._check()
+
+
+async def test_incoming_pods_are_counted_with_upstream_labels(clock: FakeClock) -> None:
+    toggle = Toggle()
+    toggle.verdict = None
+    counted: list[tuple[str, str]] = []
+    q = gate_queue(clock, toggle, on_incoming=lambda queue, event: counted.append((queue, event)))
+
+    def took() -> list[tuple[str, str]]:
+        out = list(counted)
+        counted.clear()
+        return out
+
+    a, b = make_pod("a"), make_pod("b")
+    q.add(a)
+    assert took() == [("active", "PodAdd")]
+    q.update(a, relabelled(a))  # re-sorted in place: not incoming
+    assert took() == []
+    info = popped(q)
+    q.requeue_after_error(info)
+    assert took() == [("backoff", "ScheduleAttemptFailure")]
+    await clock.advance(10.0)
+    q.flush_backoff_completed()
+    assert took() == [("active", "BackoffComplete")]
+    info = popped(q)
+    info.unschedulable_plugins.add("Fit")
+    q.add_unschedulable(info)
+    assert took() == [("unschedulable", "ScheduleAttemptFailure")]
+    q.on_event("NodeAdd")  # still backing off
+    assert took() == [("backoff", "NodeAdd")]
+    q.activate([info.uid])
+    assert took() == [("active", "ForceActivate")]
+    toggle.verdict = "closed"
+    q.add(b)
+    assert took() == [("unschedulable", "PodAdd")], "gated pods count as unschedulable"
+    info = popped(q)
+    toggle.verdict = None
+    info.unschedulable_plugins.add("Fit")
+    q.add_unschedulable(info)
+    took()
+    await clock.advance(300.0)
+    q.flush_unschedulable_left_over()
+    assert took() == [("active", "UnschedulableTimeout")]
+
+    # The scheduler's cluster events, labelled as upstream's ClusterEvent.Label().
+    q = SchedulingQueue(
+        clock,
+        event_interest={"Pod/Delete": {"Fit"}, "GPUNodeInventory/Update": {"Fit"}},
+        on_incoming=lambda queue, event: counted.append((queue, event)),
+    )
+    for event, label in [
+        ("Pod/Delete", "AssignedPodDelete"),
+        ("GPUNodeInventory/Update", "GPUNodeInventoryUpdate"),
+    ]:
+        info = fail(q, make_pod(f"p-{label}"), "Fit")
+        took()
+        await clock.advance(300.0)
+        q.on_event(event)
+        assert took() == [("active", label)]
+        assert popped(q) is info
 
 
 # -- delete --------------------------------------------------------------------------------
@@ -838,38 +1080,42 @@ class Model:
     since: float | None = None
     plugins: frozenset[str] = frozenset()
     pending: frozenset[str] = frozenset()
+    gating: str | None = None
     latest: dict[str, Any] | None = None
     moved: bool = False
     deleted: bool = False
-
-    @property
-    def gated(self) -> bool:
-        annotation = (self.pod["metadata"].get("annotations") or {}).get(PRIORITY)
-        invalid = annotation is not None and annotation.strip() not in {"0", "1", "2", "3", "4"}
-        return bool(self.pod["spec"].get("schedulingGates")) or invalid
 
     def sort_key(self) -> tuple[int, int, float, str]:
         annotation = (self.pod["metadata"].get("annotations") or {}).get(PRIORITY, "0")
         meta = self.pod["metadata"]
         return (
-            int(annotation),
+            int(annotation) if annotation.strip() in VALID_PRIORITIES else 4,
             -(self.pod["spec"].get("priority") or 0),
             self.added_at,
             f"{meta['namespace']}/{meta['name']}",
         )
 
 
+VALID_PRIORITIES = {"0", "1", "2", "3", "4"}
+
+
 class Stress:
+    """Random operations on a queue gated by the default PreEnqueue plugins and by "Quota", a
+    PreEnqueue plugin reading outside state (pods labelled ``quota=wait`` wait while the quota
+    is closed) and registered for the "QuotaFreed" event."""
+
     JITTER = 0.1
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.clock = FakeClock()
-        self.q = SchedulingQueue(
+        self.quota_open = False
+        self.q = make_queue(
             self.clock,
             jitter=self.JITTER,
             rng=random.Random(seed + 1000),
-            event_interest=INTEREST,
+            event_interest={**INTEREST, "QuotaFreed": {"Quota"}},
+            pre_enqueue={"gpusched": self.pre_enqueue},
         )
         self.model: dict[str, Model] = {}
         self.infos: dict[str, QueuedPodInfo] = {}
@@ -877,6 +1123,49 @@ class Stress:
         self.cycle = 0
         self.move_request_cycle = -1
         self.versions = itertools.count(2)
+
+    def pre_enqueue(self, pod: dict[str, Any]) -> Status:
+        status = FRAMEWORK.run_pre_enqueue(pod)
+        if status.is_success and self.quota_wait(pod):
+            return Status.unschedulable("quota exhausted", plugin="Quota")
+        return status
+
+    def quota_wait(self, pod: dict[str, Any]) -> bool:
+        return pod["metadata"]["labels"].get("quota") == "wait" and not self.quota_open
+
+    def gate(self, pod: dict[str, Any]) -> str | None:
+        """The plugin that gates ``pod`` now, in the profile's PreEnqueue order."""
+        annotation = (pod["metadata"].get("annotations") or {}).get(PRIORITY)
+        if annotation is not None and annotation.strip() not in VALID_PRIORITIES:
+            return "PrioritySort"
+        if pod["spec"].get("schedulingGates"):
+            return "SchedulingGates"
+        return "Quota" if self.quota_wait(pod) else None
+
+    def admit(self, m: Model) -> bool:
+        gating = self.gate(m.pod)
+        if gating is None:
+            return True
+        m.gating, m.plugins, m.pending = gating, frozenset({gating}), frozenset()
+        return False
+
+    def enter(self, m: Model, *, to_backoff: bool = False, immediate: bool = False) -> None:
+        """PreEnqueue, then backoff or active, or gated."""
+        m.since = None
+        if not self.admit(m):
+            m.where = GATED
+        elif to_backoff:
+            m.where = BACKOFF
+        else:
+            self.requeue(m, immediate)
+
+    def release(self, m: Model, *, immediate: bool = False) -> bool:
+        """PreEnqueue again for a gated pod: True if it left gated."""
+        if not self.admit(m):
+            return False
+        m.gating = None
+        self.requeue(m, immediate)
+        return True
 
     @property
     def now(self) -> float:
@@ -908,11 +1197,17 @@ class Stress:
             spec_priority=self.rng.choice([None, 0, 10, 1000]),
             gates=gates,
         )
+        if self.rng.random() < 0.2:
+            pod["metadata"]["labels"]["quota"] = "wait"
         info = self.q.add(pod)
         self.infos[info.uid] = info
         m = Model(pod, ACTIVE, self.now)
-        m.where = GATED if m.gated else ACTIVE
+        self.enter(m)
         self.model[info.uid] = m
+
+    def op_quota(self) -> None:
+        """The Quota plugin's outside state changes (no queue call: only its event tells)."""
+        self.quota_open = not self.quota_open
 
     def op_update(self) -> None:
         uid = self.pick(ACTIVE, BACKOFF, UNSCHEDULABLE, GATED, IN_FLIGHT)
@@ -920,7 +1215,7 @@ class Stress:
             return
         m = self.model[uid]
         held = m.latest if m.latest is not None else m.pod
-        kind = self.rng.choice(["status", "labels", "priority", "ungate"])
+        kind = self.rng.choice(["status", "labels", "priority", "ungate", "quota"])
         if kind == "ungate" and not held["spec"].get("schedulingGates"):
             kind = "status"
         new = copy.deepcopy(held)
@@ -934,6 +1229,8 @@ class Stress:
                 new["metadata"].setdefault("annotations", {})[PRIORITY] = annotation
             elif kind == "ungate":
                 del new["spec"]["schedulingGates"]
+            elif kind == "quota" and new["metadata"]["labels"].pop("quota", None) is None:
+                new["metadata"]["labels"]["quota"] = "wait"
         relevant = kind != "status"
         assert self.q.update(held, new) is self.infos[uid]
         if m.where == IN_FLIGHT:
@@ -941,16 +1238,15 @@ class Stress:
             m.moved = m.moved or relevant
             return
         m.pod = new
+        if not relevant:
+            return
         if m.where in (ACTIVE, BACKOFF):
-            m.where = GATED if m.gated else m.where
-        elif m.where == UNSCHEDULABLE and relevant:
-            m.since = None
-            if m.gated:
+            if not self.admit(m):
                 m.where = GATED
-            else:
-                self.requeue(m)
-        elif m.where == GATED and not m.gated:
-            self.requeue(m)
+        elif m.where == UNSCHEDULABLE:
+            self.enter(m)
+        elif m.where == GATED:
+            self.release(m)
 
     def op_delete(self) -> None:
         uid = self.pick(ACTIVE, BACKOFF, UNSCHEDULABLE, GATED, IN_FLIGHT)
@@ -1020,7 +1316,7 @@ class Stress:
                 return
             self.check_expiry(m, info)
             m.plugins = m.pending = frozenset()
-            m.where = GATED if m.gated else BACKOFF
+            self.enter(m, to_backoff=True)
             assert where == m.where
             return
         plugins = frozenset(self.rng.sample(PLUGINS, self.rng.choice([0, 1, 1, 2])))
@@ -1035,38 +1331,49 @@ class Stress:
             return
         self.check_expiry(m, info)
         m.plugins, m.pending = plugins, pending
-        if m.gated:
-            m.where = GATED
-        elif moved or self.move_request_cycle >= cycle or not (plugins or pending):
-            m.where = BACKOFF
+        if moved or self.move_request_cycle >= cycle or not (plugins or pending):
+            self.enter(m, to_backoff=True)
         else:
             m.where, m.since = UNSCHEDULABLE, self.now
         assert where == m.where
 
     def op_event(self) -> None:
-        event = self.rng.choice(EVENTS)
+        event = self.rng.choice([*EVENTS, "QuotaFreed"])
         use_hint = self.rng.random() < 0.3
 
         def hint(info: QueuedPodInfo) -> bool:
             return int(info.key.removeprefix("default/p")) % 2 == 0
 
         moved = self.q.on_event(event, hint if use_hint else None)
-        interest = None if event == WILDCARD_EVENT else INTEREST.get(event, set())
+        interest = (
+            None
+            if event == WILDCARD_EVENT
+            else {**INTEREST, "QuotaFreed": {"Quota"}}.get(event, set())
+        )
         if interest is not None and not interest:
             assert moved == 0
             return
         self.move_request_cycle = self.cycle
+
+        def candidate(uid: str, m: Model) -> bool:
+            if m.where == UNSCHEDULABLE:
+                rejectors = m.plugins | m.pending
+            elif m.where == GATED:
+                rejectors = frozenset({m.gating or ""})
+            else:
+                return False
+            if interest is not None and not rejectors & interest:
+                return False
+            return not use_hint or hint(self.infos[uid])
+
+        candidates = [(uid, m) for uid, m in self.model.items() if candidate(uid, m)]
         expected = 0
-        for uid, m in self.model.items():
-            if m.where != UNSCHEDULABLE:
-                continue
-            if interest is not None and not (m.plugins | m.pending) & interest:
-                continue
-            if use_hint and not hint(self.infos[uid]):
-                continue
-            expected += 1
-            m.since = None
-            self.requeue(m, immediate=interest is not None and bool(m.pending & interest))
+        for _, m in candidates:
+            if m.where == UNSCHEDULABLE:
+                expected += 1
+                self.enter(m, immediate=interest is not None and bool(m.pending & interest))
+            elif self.release(m):
+                expected += 1
         assert moved == expected
 
     def op_activate(self) -> None:
@@ -1074,9 +1381,14 @@ class Stress:
         expected = 0
         for uid in dict.fromkeys(uids):
             m = self.model[uid]
-            if m.where in (BACKOFF, UNSCHEDULABLE):
-                m.where, m.since = ACTIVE, None
+            if m.where == BACKOFF:
+                m.where = ACTIVE
                 expected += 1
+            elif m.where == UNSCHEDULABLE:
+                self.enter(m, immediate=True)
+                expected += m.where == ACTIVE
+            elif m.where == GATED:
+                expected += self.release(m, immediate=True)
             elif m.where == IN_FLIGHT:
                 m.moved = True
         assert self.q.activate(uids) == expected
@@ -1092,8 +1404,7 @@ class Stress:
                 if m.where == UNSCHEDULABLE:
                     assert m.since is not None
                     if self.now - m.since >= 300.0:
-                        m.since = None
-                        self.requeue(m)
+                        self.enter(m)
                         expected += 1
             assert self.q.flush_unschedulable_left_over() == expected
 
@@ -1101,6 +1412,8 @@ class Stress:
         self.q._check()
         for uid, m in self.model.items():
             assert self.q.location(uid) == m.where, uid
+            if m.where == GATED:
+                assert self.infos[uid].gating_plugin == m.gating, uid
         for uid in self.infos.keys() - self.model.keys():
             assert self.q.location(uid) is None, uid
         counts = dict.fromkeys(QUEUES, 0)
@@ -1120,6 +1433,7 @@ class Stress:
             self.op_cycle,
             self.op_cycle,
             self.op_event,
+            self.op_quota,
             self.op_activate,
             self.op_advance,
             self.op_advance,
@@ -1139,6 +1453,9 @@ class Stress:
         await self.clock.advance(1000.0)
         self.q.flush_backoff_completed()
         self.q.flush_unschedulable_left_over()
+        for m in self.model.values():
+            if m.where == UNSCHEDULABLE:
+                self.enter(m)
         self.q._check()
         queued = [m for m in self.model.values() if m.where != GATED]
         expected = [m.sort_key()[3] for m in sorted(queued, key=Model.sort_key)]
@@ -1169,4 +1486,4 @@ def test_all_is_complete() -> None:
         for alias in node.names
     }
     public = {name for name in vars(queue_module) if not name.startswith("_")} - imported - {"log"}
-    assert set(queue_module.__all__) == public
+    assert set(queue_module.__all__) == public | {"QueuedPodInfo"}  # re-exported

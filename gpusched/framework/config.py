@@ -493,6 +493,7 @@ def default_plugins() -> Plugins:
                 PluginRef(name="NodeResourcesFit", weight=1),
                 PluginRef(name="GPUFit", weight=2),
                 PluginRef(name="DefaultBinder"),
+                PluginRef(name="SchedulingGates"),
             ]
         )
     )

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeAlias
 from gpusched.clock import Clock
 
 from .cycle_state import CycleState
+from .queued_pod import QueuedPodInfo
 from .status import Status
 
 if TYPE_CHECKING:
@@ -137,18 +138,6 @@ class PostFilterResult:
     """What a PostFilter plugin (preemption) decided: the node the pod is nominated to."""
 
     nominated_node_name: str
-
-
-class QueuedPodInfo(Protocol):
-    """What a QueueSort plugin sees of a queued pod; the queue's own class provides more."""
-
-    @property
-    def pod(self) -> Pod: ...
-
-    @property
-    def timestamp(self) -> float:
-        """When the pod was (last) added to the queue, in ``Clock.monotonic()`` seconds."""
-        ...
 
 
 class ActionType(enum.IntFlag):

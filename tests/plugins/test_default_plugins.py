@@ -27,6 +27,7 @@ EXPECTED = [
     "NodeResourcesFit",
     "GPUFit",
     "DefaultBinder",
+    "SchedulingGates",
 ]
 
 
@@ -38,7 +39,7 @@ def test_every_built_in_plugin_is_enabled_by_default() -> None:
 def test_the_default_configuration_builds() -> None:
     fw = build_frameworks(default_config(), in_tree())["gpusched"]
     assert fw.list_plugins() == {
-        "preEnqueue": [],
+        "preEnqueue": ["PrioritySort", "SchedulingGates"],
         "queueSort": ["PrioritySort"],
         "preFilter": ["NodeAffinity", "NodeResourcesFit", "GPUFit"],
         "filter": [
@@ -64,7 +65,7 @@ def test_the_default_configuration_builds() -> None:
         "NodeResourcesFit": 1,
         "GPUFit": 2,
     }
-    assert set(fw.enqueue_extensions()) == set(EXPECTED) - {"PrioritySort", "DefaultBinder"}
+    assert set(fw.enqueue_extensions()) == set(EXPECTED) - {"DefaultBinder"}
 
 
 def test_every_plugin_module_follows_the_house_style() -> None:

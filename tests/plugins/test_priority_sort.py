@@ -1,4 +1,5 @@
-"""PrioritySort: gpusched priority, then spec.priority, then FIFO; the queue uses it."""
+"""PrioritySort: gpusched priority, then spec.priority, then FIFO; the queue uses it; a malformed
+priority annotation is gated by its PreEnqueue."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ from typing import Any
 import pytest
 from builders import PodBuilder, make_pod
 
+from gpusched.annotations import PRIORITY
 from gpusched.clock import FakeClock
-from gpusched.framework import build_frameworks, default_config, in_tree
+from gpusched.framework import Code, QueuedPodInfo, build_frameworks, default_config, in_tree
 from gpusched.plugins.priority_sort import LOWEST_PRIORITY, NAME, PrioritySort, sort_key_of
-from gpusched.queue import SchedulingQueue, default_sort_key
+from gpusched.queue import GATED, SchedulingQueue
 
 
 @dataclass
 class Info:
-    """A QueuedPodInfo that is not the queue's (the framework's protocol only)."""
+    """Duck-typed: the key reads only ``pod`` and ``timestamp``."""
 
     pod: dict[str, Any]
     timestamp: float
@@ -55,18 +57,32 @@ def test_keys_order_pods_as_documented() -> None:
 )
 def test_sort_key_of(builder: PodBuilder, expected: tuple[int, int, float, str]) -> None:
     assert sort_key_of(builder.obj(), 7.0) == expected
-    assert PrioritySort().sort_key(Info(builder.obj(), 7.0)) == expected
+    info = QueuedPodInfo(pod=builder.obj(), key="", uid="u", timestamp=7.0)
+    assert PrioritySort().sort_key(info) == expected
+
+
+@pytest.mark.parametrize("value", ["x", "9", "-1", ""])
+def test_pre_enqueue_gates_a_malformed_annotation(value: str) -> None:
+    status = PrioritySort().pre_enqueue(make_pod("p").priority(value).obj())
+    assert (status.code, status.plugin) == (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, NAME)
+    assert PRIORITY in status.message()
+    assert PrioritySort().pre_enqueue(make_pod("q").priority(" 3 ").obj()).is_success
+    assert PrioritySort().pre_enqueue(make_pod("r").obj()).is_success
+    assert PrioritySort().events_to_register() == []
 
 
 async def test_the_queue_pops_in_this_order_with_the_framework_key() -> None:
     fw = build_frameworks(default_config(), in_tree())["gpusched"]
     assert fw.list_plugins()["queueSort"] == [NAME]
+    assert NAME in fw.list_plugins()["preEnqueue"]
     clock = FakeClock()
-    queue = SchedulingQueue(clock, fw.queue_sort_key)
+    queue = SchedulingQueue(clock, fw.queue_sort_key, pre_enqueue={"gpusched": fw.run_pre_enqueue})
     for builder, _ in reversed(ORDERED):
         added = queue.add(builder.obj())
-        assert fw.queue_sort_key(added) == default_sort_key(added)
+        assert fw.queue_sort_key(added) == sort_key_of(added.pod, added.timestamp)
         await clock.advance(1)
+    bad = queue.add(make_pod("bad").priority("urgent").obj())
+    assert (queue.location(bad.uid), bad.gating_plugin) == (GATED, NAME)
     popped = []
     while (info := queue.pop_nowait()) is not None:
         popped.append(info.pod["metadata"]["name"])
@@ -80,3 +96,4 @@ async def test_the_queue_pops_in_this_order_with_the_framework_key() -> None:
         "p2",
         "p4",
     ]
+    queue._check()
