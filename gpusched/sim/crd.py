@@ -91,7 +91,8 @@ from gpusched.sim.apimachinery import (
     name_is_dns_subdomain,
 )
 from gpusched.sim.apimachinery import is_dns1035_label as _is_dns1035_label
-from gpusched.sim.field import ErrorType, FieldError, invalid_status
+from gpusched.sim.errors import invalid_status
+from gpusched.sim.field import ErrorType, FieldError
 from gpusched.sim.field import format_bad_value as format_go_value
 
 __all__ = [

@@ -19,7 +19,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from gpusched.sim.field import FieldError, invalid_status
+from gpusched.sim.apimachinery import go_quote
+from gpusched.sim.field import FieldError, aggregate_errors
 
 __all__ = [
     "APIError",
@@ -33,6 +34,7 @@ __all__ = [
     "gone",
     "internal_error",
     "invalid",
+    "invalid_status",
     "method_not_allowed",
     "not_acceptable",
     "not_found",
@@ -255,7 +257,26 @@ def internal_error(err: str) -> APIError:
     )
 
 
+def invalid_status(kind: str, group: str, name: str, errs: Sequence[FieldError]) -> dict[str, Any]:
+    """The ``Status`` body of ``apierrors.NewInvalid(GroupKind{group, kind}, name, errs)``: one
+    cause per error; the message aggregates them (deduplicated, ``[a, b]`` for several)."""
+    message = f"{_qualified(group, kind)} {go_quote(name)} is invalid"
+    if errs:
+        message += ": " + aggregate_errors(errs)
+    details = _details(name, group, kind)
+    causes: list[dict[str, Any]] = []
+    for e in errs:
+        cause: dict[str, Any] = {"reason": e.reason}
+        if body := e.error_body():
+            cause["message"] = body
+        if e.field:
+            cause["field"] = e.field
+        causes.append(cause)
+    if causes:
+        details["causes"] = causes
+    return _status(422, "Invalid", message, details)
+
+
 def invalid(kind: str, group: str, name: str, errs: Sequence[FieldError]) -> APIError:
-    """``errors.NewInvalid``: 422 with one cause per field error (see
-    :func:`gpusched.sim.field.invalid_status`)."""
+    """``errors.NewInvalid``: 422 with one cause per field error."""
     return APIError(invalid_status(kind, group, name, errs))

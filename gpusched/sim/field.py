@@ -1,5 +1,4 @@
-"""Field errors as k8s.io/apimachinery/pkg/util/validation/field makes them, and the 422 Status
-``apierrors.NewInvalid`` makes of a list of them.
+"""Field errors as k8s.io/apimachinery/pkg/util/validation/field makes them.
 
 Every validation of the simulated server (built-in kinds, CRDs, custom resources, list and
 delete options) reports :class:`FieldError` values built by the constructors here
@@ -7,6 +6,7 @@ delete options) reports :class:`FieldError` values built by the constructors her
 ...), so a message reads byte for byte as kube-apiserver v1.32 writes it: the type's text,
 the bad value as ``ErrorBody`` prints it (``%q`` strings, ``%v`` numbers), the detail.
 Paths are the rendered ``field.Path`` strings; ``None`` is the nil path (``<nil>``).
+``gpusched.sim.errors.invalid`` turns a list into the 422 Status of ``apierrors.NewInvalid``.
 
 Bad values that are Go structs, maps or slices upstream print as their JSON here, and a nil
 value prints ``null`` (Go: ``"null"``, or ``[]string(nil)`` for a nil slice).
@@ -37,7 +37,6 @@ __all__ = [
     "index",
     "internal_error",
     "invalid",
-    "invalid_status",
     "key",
     "not_found",
     "not_supported",
@@ -253,39 +252,3 @@ def internal_error(p: Path, err: str) -> FieldError:
 def aggregate_errors(errs: Sequence[FieldError]) -> str:
     """``errs.ToAggregate().Error()``: deduplicated, ``[a, b]`` when more than one."""
     return aggregate([e.message() for e in errs])
-
-
-def invalid_status(kind: str, group: str, name: str, errs: Sequence[FieldError]) -> dict[str, Any]:
-    """The ``Status`` body of ``apierrors.NewInvalid(GroupKind{group, kind}, name, errs)``."""
-    causes: list[dict[str, Any]] = []
-    for e in errs:
-        cause: dict[str, Any] = {"reason": e.reason}
-        body = e.error_body()
-        if body:
-            cause["message"] = body
-        if e.field:
-            cause["field"] = e.field
-        causes.append(cause)
-    qualified = f"{kind}.{group}" if group else kind
-    message = f"{qualified} {go_quote(name)} is invalid"
-    if errs:
-        message += ": " + aggregate_errors(errs)
-    details: dict[str, Any] = {}
-    if name:
-        details["name"] = name
-    if group:
-        details["group"] = group
-    if kind:
-        details["kind"] = kind
-    if causes:
-        details["causes"] = causes
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": "Invalid",
-        "details": details,
-        "code": 422,
-    }

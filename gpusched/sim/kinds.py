@@ -636,6 +636,24 @@ def _table(columns: list[JSON], rows: list[JSON]) -> JSON:
     }
 
 
+def _name_cell_age_table(
+    column: JSON, objs: list[dict[str, Any]], now: datetime, cell: Callable[[JSON], Any]
+) -> JSON:
+    """The printers' Name, one string column, Age table."""
+    rows = [
+        _row(
+            o,
+            [
+                _str(_meta(o).get("name")),
+                _str(cell(o)),
+                _since(_meta(o).get("creationTimestamp"), now),
+            ],
+        )
+        for o in objs
+    ]
+    return _table([_NAME_COL, column, _AGE_COL], rows)
+
+
 _JSONPATH_STEP_RE: Final = re.compile(r"\.([^.\[\]]+)|\[(\*|-?[0-9]+)\]|\[['\"]([^'\"]+)['\"]\]")
 
 
@@ -2182,20 +2200,6 @@ def _pod_row(pod: Mapping[str, Any], now: datetime) -> JSON:
 # =============================================================================================
 
 
-def _unknown_error(message: str) -> errors.APIError:
-    """A non-Status error reaching ``ErrorToAPIStatus``: 500 with ``StatusReasonUnknown`` ("")."""
-    return errors.APIError(
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "code": 500,
-        }
-    )
-
-
 def bind_pod(pod: dict[str, Any], binding: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """``BindingREST.Create``: validate the Binding, then ``setPodNodeAndMetadata``.
 
@@ -2212,7 +2216,7 @@ def bind_pod(pod: dict[str, Any], binding: Mapping[str, Any], now: datetime) -> 
         errs.append(field.required("target.name"))
     if errs:
         message = str(errs[0]) if len(errs) == 1 else "[" + ", ".join(str(e) for e in errs) + "]"
-        raise _unknown_error(message)
+        raise errors.unexpected(message)
     meta = _ensure(pod, "metadata")
     spec = _ensure(pod, "spec")
     name = _str(meta.get("name"))
@@ -2597,19 +2601,8 @@ class NamespaceStrategy(Strategy):
         return errs
 
     def table(self, objs: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
-        columns = [_NAME_COL, _col("Status", "The status of the namespace"), _AGE_COL]
-        rows = [
-            _row(
-                o,
-                [
-                    _str(_meta(o).get("name")),
-                    _str(_map(o.get("status")).get("phase")),
-                    _since(_meta(o).get("creationTimestamp"), now),
-                ],
-            )
-            for o in objs
-        ]
-        return _table(columns, rows)
+        status = _col("Status", "The status of the namespace")
+        return _name_cell_age_table(status, objs, now, lambda o: _map(o.get("status")).get("phase"))
 
 
 def _validate_core_finalizer_name(name: str, path: str) -> list[FieldError]:
@@ -3089,28 +3082,15 @@ class LeaseStrategy(Strategy):
         return errs
 
     def table(self, objs: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
-        columns = [
-            _NAME_COL,
-            _col(
-                "Holder",
-                "holderIdentity contains the identity of the holder of a current lease. If "
-                "Coordinated Leader Election is used, the holder identity must be equal to the "
-                "elected LeaseCandidate.metadata.name field.",
-            ),
-            _AGE_COL,
-        ]
-        rows = [
-            _row(
-                o,
-                [
-                    _str(_meta(o).get("name")),
-                    _str(_map(o.get("spec")).get("holderIdentity")),
-                    _since(_meta(o).get("creationTimestamp"), now),
-                ],
-            )
-            for o in objs
-        ]
-        return _table(columns, rows)
+        holder = _col(
+            "Holder",
+            "holderIdentity contains the identity of the holder of a current lease. If "
+            "Coordinated Leader Election is used, the holder identity must be equal to the "
+            "elected LeaseCandidate.metadata.name field.",
+        )
+        return _name_cell_age_table(
+            holder, objs, now, lambda o: _map(o.get("spec")).get("holderIdentity")
+        )
 
 
 def _validate_lease_spec(spec: Mapping[str, Any]) -> list[FieldError]:

@@ -383,14 +383,21 @@ def _find_object(root: Any, path: str) -> tuple[dict[str, Any] | list[Any] | Non
     return doc, _decode_pointer_token(split[-1])
 
 
-def _op_string(op: Mapping[str, Any], name: str, missing: str) -> str:
-    """``Operation.Path``/``From``: the field as a string, or ``_OpError``."""
-    value = op.get(name)
+def _decode(op: Mapping[str, Any], name: str, key: str, detail: str = "") -> str:
+    """``Operation.Path``/``From`` as a string; a missing or non-string one fails as
+    evanphx/json-patch words it: ``<name> operation failed to decode <key>: <detail>``, the
+    detail being the decoding error unless given."""
+    value = op.get(key)
     if value is None:
-        raise _OpError(f"{missing}: missing value")
-    if not isinstance(value, str):
-        raise _OpError(f"json: cannot unmarshal {_json_kind(value)} into Go value of type string")
-    return value
+        missing = (
+            "operation missing path field" if key == "path" else "operation, missing from field"
+        )
+        err = f"{missing}: missing value"
+    elif not isinstance(value, str):
+        err = f"json: cannot unmarshal {_json_kind(value)} into Go value of type string"
+    else:
+        return value
+    raise _OpError(f"{name} operation failed to decode {key}: {detail or err}")
 
 
 def _json_equal(doc_value: Any, op_value: Any) -> bool:
@@ -427,10 +434,7 @@ class _JSONPatcher:
         return _find_object(self.root[0], path)
 
     def add(self, op: Mapping[str, Any]) -> None:
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError:
-            raise _OpError("add operation failed to decode path: missing value") from None
+        path = _decode(op, "add", "path", "missing value")
         con, key = self.find(path)
         if con is None:
             raise _OpError(
@@ -442,10 +446,7 @@ class _JSONPatcher:
             raise _OpError(f"error in add for path: '{path}': {err}") from None
 
     def remove(self, op: Mapping[str, Any]) -> None:
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError:
-            raise _OpError("remove operation failed to decode path: missing value") from None
+        path = _decode(op, "remove", "path", "missing value")
         con, key = self.find(path)
         if con is None:
             raise _OpError(
@@ -457,10 +458,7 @@ class _JSONPatcher:
             raise _OpError(f"error in remove for path: '{path}': {err}") from None
 
     def replace(self, op: Mapping[str, Any]) -> None:
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError as err:
-            raise _OpError(f"replace operation failed to decode path: {err}") from None
+        path = _decode(op, "replace", "path")
         value = op.get("value")
         if path == "":
             if not isinstance(value, dict | list):
@@ -485,10 +483,7 @@ class _JSONPatcher:
             raise _OpError(f"error in remove for path: '{path}': {err}") from None
 
     def move(self, op: Mapping[str, Any]) -> None:
-        try:
-            from_path = _op_string(op, "from", "operation, missing from field")
-        except _OpError as err:
-            raise _OpError(f"move operation failed to decode from: {err}") from None
+        from_path = _decode(op, "move", "from")
         con, key = self.find(from_path)
         if con is None:
             raise _OpError(
@@ -500,10 +495,7 @@ class _JSONPatcher:
             _container_remove(con, key)
         except _OpError as err:
             raise _OpError(f"error in move for path: '{key}': {err}") from None
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError as err:
-            raise _OpError(f"move operation failed to decode path: {err}") from None
+        path = _decode(op, "move", "path")
         con, key = self.find(path)
         if con is None:
             raise _OpError(
@@ -516,10 +508,7 @@ class _JSONPatcher:
             raise _OpError(f"error in move for path: '{path}': {err}") from None
 
     def test(self, op: Mapping[str, Any]) -> None:
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError as err:
-            raise _OpError(f"test operation failed to decode path: {err}") from None
+        path = _decode(op, "test", "path")
         expected = op.get("value", _MISSING)
         failed = _OpError(f"testing value {path} failed: test failed")
         if path == "":
@@ -541,10 +530,7 @@ class _JSONPatcher:
             raise failed
 
     def copy(self, op: Mapping[str, Any]) -> None:
-        try:
-            from_path = _op_string(op, "from", "operation, missing from field")
-        except _OpError as err:
-            raise _OpError(f"copy operation failed to decode from: {err}") from None
+        from_path = _decode(op, "copy", "from")
         con, key = self.find(from_path)
         if con is None:
             raise _OpError(
@@ -555,10 +541,7 @@ class _JSONPatcher:
             value = _container_get(con, key)
         except _OpError as err:
             raise _OpError(f"error in copy for from: '{from_path}': {err}") from None
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError:
-            raise _OpError("copy operation failed to decode path: missing value") from None
+        path = _decode(op, "copy", "path", "missing value")
         con, key = self.find(path)
         if con is None:
             raise _OpError(

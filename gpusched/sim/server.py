@@ -368,19 +368,12 @@ class APIServer:
                 raise errors.method_not_allowed()
             body = await _read_body(request)
             entry = registry.create(res, ns, body, dry_run=dry_run, strict=strict)
-            return web.Response(
-                body=entry.raw, status=201, content_type=_JSON, headers=self._warnings()
-            )
+            return self._written(entry, created=True)
         if verb == "update":
             body = await _read_body(request)
             sub = "" if route.subresource == "finalize" else route.subresource
             entry, created = registry.update(res, ns, route.name, body, sub, dry_run, strict)
-            return web.Response(
-                body=entry.raw,
-                status=201 if created else 200,
-                content_type=_JSON,
-                headers=self._warnings(),
-            )
+            return self._written(entry, created)
         if verb == "patch":
             raw = await request.read()
             entry, created = registry.patch(
@@ -393,12 +386,7 @@ class APIServer:
                 dry_run,
                 strict,
             )
-            return web.Response(
-                body=entry.raw,
-                status=201 if created else 200,
-                content_type=_JSON,
-                headers=self._warnings(),
-            )
+            return self._written(entry, created)
         if verb == "delete":
             options = await _delete_options(request)
             deleted = registry.delete(
@@ -424,6 +412,15 @@ class APIServer:
             )
             return web.Response(body=_encode_list(deleted_list), content_type=_JSON)
         raise errors.method_not_allowed()
+
+    def _written(self, entry: Entry, created: bool) -> web.Response:
+        """The object a write stored: 201 when it created it, with the request's warnings."""
+        return web.Response(
+            body=entry.raw,
+            status=201 if created else 200,
+            content_type=_JSON,
+            headers=self._warnings(),
+        )
 
     def _warnings(self) -> MultiDict[str]:
         """``Warning: 299 - "..."`` headers for what the last registry call warned about."""
