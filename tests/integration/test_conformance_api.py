@@ -410,3 +410,44 @@ async def test_unknown_paths_are_404(target: Target, path: str) -> None:
     assert reply.body == failure(
         404, "NotFound", "the server could not find the requested resource", {}
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [("/version/", None), ("/api/", "APIVersions"), ("/apis/", "APIGroupList")],
+)
+async def test_roots_answer_with_a_trailing_slash(target: Target, path: str, kind: str) -> None:
+    """go-restful trims a trailing slash before matching (routes/version.go and the legacy
+    /api web service are GET "/" routes), and /apis/ is registered beside /apis
+    (NonGoRestfulMux.UnlistedHandle): each answers as without the slash."""
+    api = target.api()
+    with_slash = await http(api, "GET", path)
+    without = await http(api, "GET", path.rstrip("/"))
+    assert with_slash.status == 200, with_slash.body
+    assert with_slash.body == without.body
+    if kind is not None:
+        assert with_slash.body["kind"] == kind
+
+
+@pytest.mark.parametrize("path", ["/healthz/", "/livez/", "/readyz/", "/openapi/v2/"])
+async def test_exact_paths_are_404_with_a_trailing_slash(target: Target, path: str) -> None:
+    """The health handlers serve /healthz and /healthz/<check> only (healthz.go
+    InstallPathHandler), and /openapi/v2 is an exact path: with a slash they are unknown."""
+    reply = await http(target.api(), "GET", path)
+    assert reply.status == 404
+
+
+async def test_openapi_v3_group_version_it_does_not_know_is_empty(target: Target) -> None:
+    """kube-openapi's HandleGroupVersion (every path under /openapi/v3/) returns without
+    writing when the group-version is unknown, so the answer is an empty 200; the bare
+    /openapi/v3/ names the empty group-version."""
+    api = target.api()
+    index = await http(api, "GET", "/openapi/v3")
+    assert index.status == 200
+    assert "api/v1" in index.body["paths"]
+    for path in ("/openapi/v3/", "/openapi/v3/apis/nope.gpusched.test/v1", "/openapi/v3/api/v1/"):
+        reply = await http(api, "GET", path)
+        assert (reply.status, reply.body) == (200, None), path
+    core = await http(api, "GET", "/openapi/v3/api/v1")
+    assert core.status == 200
+    assert "paths" in core.body
