@@ -2812,7 +2812,6 @@ class EventStrategy(Strategy):
         errs: list[FieldError] = []
         namespace = _str(_meta(ev).get("namespace"))
         involved_ns = _str(_map(ev.get("involvedObject")).get("namespace"))
-        controller_field = "reportingController" if self.strict else "reportingComponent"
         if not ev.get("eventTime"):
             if not involved_ns:
                 if namespace not in ("", "default"):
@@ -2837,9 +2836,9 @@ class EventStrategy(Strategy):
                     )
                 )
             controller = _str(ev.get("reportingComponent"))
-            if not controller:
-                errs.append(field.required(controller_field))
-            errs.extend(_validate_qualified_name(controller, controller_field))
+            if not controller:  # reported at the internal name, whatever the API version
+                errs.append(field.required("reportingController"))
+            errs.extend(_validate_qualified_name(controller, "reportingController"))
             instance = _str(ev.get("reportingInstance"))
             if not instance:
                 errs.append(field.required("reportingInstance"))
@@ -2897,14 +2896,14 @@ class EventStrategy(Strategy):
         if etype not in ("Normal", "Warning"):
             errs.append(field.invalid("type", "", f"has invalid value: {etype}"))
         if obj.get("firstTimestamp"):
-            errs.append(field.invalid("deprecatedFirstTimestamp", "", "needs to be unset"))
+            errs.append(field.invalid("firstTimestamp", "", "needs to be unset"))
         if obj.get("lastTimestamp"):
-            errs.append(field.invalid("deprecatedLastTimestamp", "", "needs to be unset"))
+            errs.append(field.invalid("lastTimestamp", "", "needs to be unset"))
         if obj.get("count"):
-            errs.append(field.invalid("deprecatedCount", "", "needs to be unset"))
+            errs.append(field.invalid("count", "", "needs to be unset"))
         source = _map(obj.get("source"))
         if source.get("component") or source.get("host"):
-            errs.append(field.invalid("deprecatedSource", "", "needs to be unset"))
+            errs.append(field.invalid("source", "", "needs to be unset"))
         return errs
 
     def validate_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:

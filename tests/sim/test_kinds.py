@@ -1305,9 +1305,9 @@ def test_minimal_events_v1_conversion() -> None:
             False,
             core_event(eventTime="2024-01-01T00:00:00.000000Z"),
             [
-                "reportingComponent: Required value",
-                'reportingComponent: Invalid value: "": name part must be non-empty',
-                'reportingComponent: Invalid value: "": name part must consist of alphanumeric '
+                "reportingController: Required value",
+                'reportingController: Invalid value: "": name part must be non-empty',
+                'reportingController: Invalid value: "": name part must consist of alphanumeric '
                 "characters, '-', '_' or '.', and must start and end with an alphanumeric "
                 "character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
                 "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
@@ -1342,10 +1342,10 @@ def test_minimal_events_v1_conversion() -> None:
             ),
             [
                 'type: Invalid value: "": has invalid value: Info',
-                'deprecatedFirstTimestamp: Invalid value: "": needs to be unset',
-                'deprecatedLastTimestamp: Invalid value: "": needs to be unset',
-                'deprecatedCount: Invalid value: "": needs to be unset',
-                'deprecatedSource: Invalid value: "": needs to be unset',
+                'firstTimestamp: Invalid value: "": needs to be unset',
+                'lastTimestamp: Invalid value: "": needs to be unset',
+                'count: Invalid value: "": needs to be unset',
+                'source: Invalid value: "": needs to be unset',
             ],
         ),
     ],
