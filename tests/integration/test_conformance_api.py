@@ -15,6 +15,7 @@ import pytest
 from conformance_helpers import (
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
+    EventStream,
     call,
     default_service_account,
     details,
@@ -22,7 +23,9 @@ from conformance_helpers import (
     failure,
     http,
     lease,
+    names,
     rv,
+    summary,
 )
 from conftest import Target
 from kubernetes_asyncio import client as k8s
@@ -97,6 +100,52 @@ async def test_lease_time_without_microseconds_is_400(cluster: Target) -> None:
         'parsing time "2026-01-02T03:04:05Z" as "2006-01-02T15:04:05.000000Z07:00": '
         'cannot parse "Z" as ".000000"'
     ), status["message"]
+
+
+async def test_leases_by_label_selector(cluster: Target) -> None:
+    """Leases list and watch by label like any resource: set-based selectors, and a write
+    that takes a Lease out of the selection is DELETED to the filtered watch."""
+    coord = k8s.CoordinationV1Api(cluster.api())
+    ns = cluster.namespace
+    for name, replica in (("l-a", "a"), ("l-b", "b"), ("l-c", "c")):
+        body = lease(name)
+        body["metadata"]["labels"] = {"gpusched.io/replica": replica}
+        reply = await call(coord.create_namespaced_lease, ns, body)
+        assert reply.status == 201, reply.body
+    await call(coord.create_namespaced_lease, ns, lease("l-none"))
+    for selector, expected in (
+        ("gpusched.io/replica in (a,b)", ["l-a", "l-b"]),
+        ("gpusched.io/replica!=a", ["l-b", "l-c", "l-none"]),
+        ("!gpusched.io/replica", ["l-none"]),
+        ("gpusched.io/replica", ["l-a", "l-b", "l-c"]),
+    ):
+        listed = await call(coord.list_namespaced_lease, ns, label_selector=selector)
+        assert names(listed.body["items"]) == expected, selector
+    start = await call(coord.list_namespaced_lease, ns)
+    async with EventStream(
+        coord.list_namespaced_lease,
+        ns,
+        label_selector="gpusched.io/replica in (a,b)",
+        resource_version=start.body["metadata"]["resourceVersion"],
+    ) as events:
+        renewed = await call(
+            coord.patch_namespaced_lease,
+            "l-a",
+            ns,
+            {"spec": {"renewTime": "2026-01-01T00:00:01.000000Z"}},
+        )
+        moved = await call(
+            coord.patch_namespaced_lease,
+            "l-b",
+            ns,
+            {"metadata": {"labels": {"gpusched.io/replica": "c"}}},
+        )
+        got = await events.take(2)
+    assert summary(got) == [("MODIFIED", "l-a"), ("DELETED", "l-b")]
+    assert got[0]["object"] == renewed.body
+    assert (
+        got[1]["object"]["metadata"]["resourceVersion"] == moved.body["metadata"]["resourceVersion"]
+    )
 
 
 # --------------------------------------------------------------------------- events
