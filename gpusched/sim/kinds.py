@@ -2836,9 +2836,11 @@ class EventStrategy(Strategy):
                     )
                 )
             controller = _str(ev.get("reportingComponent"))
-            if not controller:  # reported at the internal name, whatever the API version
-                errs.append(field.required("reportingController"))
-            errs.extend(_validate_qualified_name(controller, "reportingController"))
+            # reported at the request's own field name (kubernetes#111506)
+            controller_field = "reportingController" if self.strict else "reportingComponent"
+            if not controller:
+                errs.append(field.required(controller_field))
+            errs.extend(_validate_qualified_name(controller, controller_field))
             instance = _str(ev.get("reportingInstance"))
             if not instance:
                 errs.append(field.required("reportingInstance"))

@@ -376,7 +376,8 @@ async def test_events_k8s_io_patch_of_an_immutable_field_is_422(cluster: Target)
 async def test_events_k8s_io_create_requires_the_new_fields(cluster: Target) -> None:
     """ValidateEventCreate for events.k8s.io/v1: eventTime, reportingController,
     reportingInstance, action and reason are required once eventTime is set; eventTime itself
-    is required; the deprecated fields must be unset (reported at their core names)."""
+    is required; the deprecated fields must be unset (reported at their internal names:
+    deprecatedCount is count)."""
     ns = cluster.namespace
     no_time = v1_event(ns, "n.1", "n")
     del no_time["eventTime"]
@@ -404,15 +405,15 @@ async def test_events_k8s_io_create_requires_the_new_fields(cluster: Target) -> 
 
 async def test_core_event_with_event_time_needs_reporting_fields(cluster: Target) -> None:
     """legacyValidateEvent, which core/v1 creates go through too: an Event with eventTime
-    needs reportingController (the internal name of reportingComponent), reportingInstance
+    needs reportingComponent (named as the request's API version names it), reportingInstance
     and action; its involvedObject.namespace must match."""
     ns = cluster.namespace
     body = core_event(ns, "t.1", "t", eventTime="2026-01-01T00:00:00.000000Z")
     status = await fails(cluster.core().create_namespaced_event(ns, body), 422)
     assert [(c["field"], c["reason"]) for c in status["details"]["causes"]] == [
-        ("reportingController", "FieldValueRequired"),
-        ("reportingController", "FieldValueInvalid"),
-        ("reportingController", "FieldValueInvalid"),
+        ("reportingComponent", "FieldValueRequired"),
+        ("reportingComponent", "FieldValueInvalid"),
+        ("reportingComponent", "FieldValueInvalid"),
         ("reportingInstance", "FieldValueRequired"),
         ("action", "FieldValueRequired"),
     ]

@@ -1305,9 +1305,9 @@ def test_minimal_events_v1_conversion() -> None:
             False,
             core_event(eventTime="2024-01-01T00:00:00.000000Z"),
             [
-                "reportingController: Required value",
-                'reportingController: Invalid value: "": name part must be non-empty',
-                'reportingController: Invalid value: "": name part must consist of alphanumeric '
+                "reportingComponent: Required value",
+                'reportingComponent: Invalid value: "": name part must be non-empty',
+                'reportingComponent: Invalid value: "": name part must consist of alphanumeric '
                 "characters, '-', '_' or '.', and must start and end with an alphanumeric "
                 "character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
                 "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
