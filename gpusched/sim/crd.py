@@ -1,65 +1,29 @@
-"""CustomResourceDefinition semantics for the simulated kube-apiserver.
+"""CustomResourceDefinition semantics for the simulated kube-apiserver (v1.32).
 
-This module is pure: it takes and returns plain JSON-shaped Python values (``dict``, ``list``,
-``str``, ``int``, ``float``, ``bool``, ``None``), does no I/O and never mutates its inputs.
-The HTTP layer (``gpusched.sim``'s aiohttp server) calls it for everything a real
-kube-apiserver does with CRDs and custom resources:
+Pure functions over JSON values (no I/O, inputs never mutated), called by the registry for
+everything a real server does with CRDs and custom resources:
 
-* :func:`default_crd` / :func:`validate_crd` -- what ``POST .../customresourcedefinitions``
-  does before storing (v1 defaulting + ``ValidateCustomResourceDefinition``); a failure is a
-  :class:`CRDError` whose :meth:`CRDError.status` is the 422 ``Invalid`` Status body.
-* :func:`crd_initial_status` / :func:`crd_status_after_create` -- the status a CRD has right
-  after create, and once the naming and establishing controllers have run.
-* :class:`CRDInfo` -- the facts the server needs to route ``/apis/<group>/<version>/<plural>``.
-* :func:`prepare_custom_resource` -- the decode pipeline a custom resource goes through on
-  create/update: prune unknown fields, drop non-nullable nulls, coerce embedded ``metadata``,
-  apply structural defaults (in that order, as the CR handler's codec does).
-  :func:`unknown_field_paths` reports what pruning drops (for ``fieldValidation=Strict/Warn``).
-* :func:`validate_custom_resource` -- ``customResourceStrategy.Validate``: metadata.name, the
-  OpenAPI v3 schema (kube-openapi semantics and messages), embedded resources, and
-  ``x-kubernetes-list-type`` set/map uniqueness.
+* :func:`default_crd` / :func:`validate_crd`: v1 defaulting and
+  ``ValidateCustomResourceDefinition`` (a :class:`CRDError` carries the 422 Status);
+  :func:`crd_initial_status` / :func:`crd_status_after_create`: the status before and after
+  the naming and establishing controllers; :class:`CRDInfo`: what routing needs.
+* :func:`prepare_custom_resource`: the CR decode pipeline (prune unknown fields, drop
+  non-nullable nulls, coerce embedded ``metadata``, apply defaults, in the codec's order);
+  :func:`unknown_field_paths` reports what pruning drops (``fieldValidation``).
+* :func:`validate_custom_resource`: ``customResourceStrategy.Validate`` (name, the OpenAPI v3
+  schema with kube-openapi's messages, embedded resources, list-type uniqueness).
 
-Every error is a :class:`FieldError` mirroring ``k8s.io/apimachinery/pkg/util/validation/field``
-``Error`` (type, field path, bad value, detail); :meth:`FieldError.error_body` renders the same
-text Go's ``ErrorBody`` does (``%q`` strings, ``%v`` numbers, JSON for compound values) and
-:func:`invalid_status` builds the ``StatusError`` of ``apierrors.NewInvalid``.
+Errors are :mod:`gpusched.sim.field` errors. Each section below names the upstream files it
+follows (apiextensions-apiserver, kube-openapi). Cost: a CR is walked once against its schema
+and once more per ``allOf``/``anyOf``/``oneOf``/``not`` branch; ``pattern`` regexes are cached.
 
-The behaviour (and the message texts) follow these upstream files, read from kubernetes/kubernetes
-``staging/src/k8s.io/...`` and kubernetes/kube-openapi:
-
-* ``apiextensions-apiserver/pkg/apiserver/schema/pruning/algorithm.go`` (prune, skipPrune,
-  unknown field paths), ``.../schema/defaulting/{algorithm,prunenulls,validation}.go``,
-  ``.../schema/objectmeta/{algorithm,coerce,validation}.go``, ``.../schema/listtype/validation.go``,
-  ``.../schema/validation.go`` (structural schema invariants);
-* ``apiextensions-apiserver/pkg/apiserver/validation/{validation,formats}.go``
-  (``kubeOpenAPIResultToFieldErrors``, supported formats);
-* ``apiextensions-apiserver/pkg/registry/customresource/{strategy,validator}.go`` and
-  ``.../registry/customresourcedefinition/strategy.go``;
-* ``apiextensions-apiserver/pkg/apis/apiextensions/validation/validation.go`` and
-  ``.../apis/apiextensions/v1/{defaults,conversion}.go`` (per-version fields that are identical
-  in every version are validated at the top-level path, e.g. ``spec.validation.openAPIV3Schema``);
-* ``apiextensions-apiserver/pkg/controller/{status,establish}`` (condition reasons/messages);
-* kube-openapi ``pkg/validation/validate/{schema,type,object_validator,slice_validator,
-  schema_props,validator,values,result,formats}.go``, ``pkg/validation/errors/schema.go`` and
-  ``pkg/validation/strfmt``;
-* apimachinery ``pkg/util/validation/field/errors.go``, ``pkg/util/validation/validation.go``,
-  ``pkg/api/errors/errors.go`` (``NewInvalid``).
-
-Known differences from a real server (all deliberate or unavoidable):
-
-* Go iterates maps in random order, so the order of errors that come from different object
-  properties is random upstream; here it follows the schema's declaration order.
-* ``x-kubernetes-validations`` (CEL) rules are not evaluated, and CEL rules are not compiled
-  when a CRD is validated. Validation ratcheting on update is not implemented.
-* Bad values that are Go structs upstream (``spec.versions`` in "must have exactly one version
-  marked as storage version", the root schema in the status-subresource check) cannot be
-  reproduced byte for byte; they are rendered as the JSON of the submitted value.
-* Formats are validated with Python re-implementations of the Go/govalidator checks
-  (``email``, ``uri``, ``hostname`` and ``duration`` are close approximations). Regular
-  expressions (``pattern``) run on Python's ``re`` in ASCII mode, which agrees with RE2 for
-  the patterns a CRD can hold; CRD validation rejects the Perl-only syntax RE2 lacks.
-* Structural "completeness" (every field named in an ``anyOf``/``allOf`` must also be in
-  ``properties``) and the naming controller's conflict detection between CRDs are not checked.
+Known differences: errors from different properties come in schema order (Go's map order is
+random); CEL rules (``x-kubernetes-validations``) are neither compiled nor evaluated and
+validation ratcheting is not implemented; Go struct bad values (``spec.versions`` in the
+storage-version check, the root schema in the status check) print as JSON; formats are
+Python re-implementations of the Go checks (``email``, ``uri``, ``hostname``, ``duration``
+approximate) and ``pattern`` runs on ``re`` (agreeing with RE2 on what a CRD may hold);
+structural completeness and naming conflicts between CRDs are not checked.
 """
 
 from __future__ import annotations
@@ -124,7 +88,7 @@ CRD_GROUP: Final = "apiextensions.k8s.io"
 CRD_KIND: Final = "CustomResourceDefinition"
 
 # ---------------------------------------------------------------------------------------------
-# Go-compatible rendering of values (strconv.Quote, fmt %v of float64, encoding/json)
+# Small helpers
 # ---------------------------------------------------------------------------------------------
 
 
@@ -149,7 +113,7 @@ def _num(v: Any) -> float | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Field errors (gpusched.sim.field) and the 422 Status
+# The 422 of a failed CRD validation (apimachinery pkg/api/errors NewInvalid)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -274,7 +238,8 @@ def _field_schema(s: _Schema | None, k: str) -> _Schema | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Pruning, null pruning, embedded metadata coercion and defaulting
+# Pruning, null pruning, embedded metadata coercion and defaulting (apiextensions-apiserver
+# pkg/apiserver/schema/{pruning,defaulting,objectmeta}, registry/customresource/strategy.go)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -480,7 +445,9 @@ def strict_decoding_message(paths: Sequence[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# kube-openapi schema validation
+# kube-openapi schema validation (pkg/validation/validate/{schema,type,object_validator,
+# slice_validator,schema_props,validator,values,result}.go, pkg/validation/errors/schema.go;
+# apiextensions-apiserver pkg/apiserver/validation/validation.go kubeOpenAPIResultToFieldErrors)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1561,7 +1528,10 @@ def validate_custom_resource(
 
 
 # ---------------------------------------------------------------------------------------------
-# CustomResourceDefinition defaulting and validation
+# CustomResourceDefinition defaulting and validation (apiextensions-apiserver
+# pkg/apis/apiextensions/validation/validation.go, .../v1/{defaults,conversion}.go: fields
+# identical in every version are validated at the top-level path, e.g.
+# spec.validation.openAPIV3Schema; pkg/apiserver/schema/validation.go for structural rules)
 # ---------------------------------------------------------------------------------------------
 
 # JSONSchemaProps JSON fields (apiextensions v1), and which of them are omitempty.
@@ -2763,7 +2733,7 @@ def validate_crd(crd: Mapping[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# CRDInfo and status helpers
+# CRDInfo and status helpers (apiextensions-apiserver pkg/controller/{status,establish})
 # ---------------------------------------------------------------------------------------------
 
 

@@ -1,56 +1,27 @@
 """Per-kind strategies of the simulated kube-apiserver (Kubernetes v1.32 behaviour).
 
 A :class:`Strategy` is what ``k8s.io/apiserver/pkg/registry/rest`` calls a REST strategy plus
-the bits of defaulting and admission a real server runs for the kind: the registry calls
+the defaulting and admission a real server runs for the kind: the registry calls
 ``prepare_for_create`` / ``validate_create`` (and the update / status-update pairs), asks
 ``graceful_period`` on DELETE, ``field_set`` for field selectors and ``table`` for
-``Accept: application/json;as=Table``. Objects are the wire JSON (camelCase dicts).
+``Accept: application/json;as=Table``. Objects are the wire JSON; errors are
+:mod:`gpusched.sim.field` errors. Each kind's section names the upstream code it follows
+(``pkg/apis/core/{v1,validation}``, ``pkg/registry/*/strategy.go``, the admission plugins,
+``pkg/printers/internalversion``). Cost: each hook is linear in the size of the object.
 
-Upstream sources followed (kubernetes/kubernetes at v1.32 unless noted):
+Left out (differences a client could observe):
 
-* ``pkg/apis/core/v1/defaults.go`` and ``.../v1/conversion.go`` (pod / node / namespace /
-  event defaults; ``podIP``/``podIPs``, ``hostIP``/``hostIPs``, ``podCIDR``/``podCIDRs`` and
-  ``serviceAccount``/``serviceAccountName`` folding);
-* ``pkg/apis/core/validation/validation.go`` (``ValidatePodCreate``, ``ValidatePodUpdate``,
-  ``ValidatePodStatusUpdate``, ``ValidateNode(Update)``, ``ValidateNamespace*``,
-  ``ValidateEventCreate/Update``), ``pkg/apis/coordination/validation``;
-  ``k8s.io/apimachinery/pkg/api/validation`` (``ValidateObjectMeta(Update)``) and
-  ``.../util/validation/validation.go`` (message texts);
-* ``pkg/registry/core/{pod,node,namespace,event}/strategy.go``,
-  ``pkg/registry/core/pod/storage/storage.go`` (``BindingREST``),
-  ``pkg/registry/coordination/lease/strategy.go``,
-  ``apiextensions-apiserver/pkg/registry/{customresource,customresourcedefinition}``;
-* admission plugins ``DefaultTolerationSeconds``, ``Priority`` (no default PriorityClass; only the
-  two system classes exist) and ``ServiceAccount`` (name only);
-* ``pkg/apis/core/helper/qos`` (QoS class), ``k8s.io/apimachinery/pkg/api/resource`` (quantity
-  parsing, rounding and canonical form), ``pkg/apis/events/v1/conversion.go``;
-* ``pkg/printers/internalversion/printers.go`` (Pod, Node, Namespace, Event, Lease tables),
-  ``apiserver/pkg/registry/rest/table.go`` (default table), ``apiextensions-apiserver/pkg/
-  registry/customresource/tableconvertor`` and ``k8s.io/apimachinery/pkg/util/duration``.
-
-Left out (known differences a client could observe):
-
-* The ServiceAccount admission plugin only sets ``serviceAccountName: default``; it does not
-  check that the service account exists and does not add the ``kube-api-access-*`` projected
-  token volume and mounts.
-* Priority admission knows only ``system-node-critical`` and ``system-cluster-critical``; any
-  other ``priorityClassName`` keeps the pod's ``spec.priority`` (0 when absent) instead of
-  being looked up (upstream: 403 "no PriorityClass with name X was found").
-* Pod validation covers names, images, ports, env names, volume names and mounts, resources,
-  restart/DNS/pull/termination-message policies, node selector, tolerations, scheduling gates,
-  service account / node / priority class names, active deadline and preemption policy; it
-  does not validate affinity, topology spread constraints, security contexts, probes, volume
-  sources, DNS config, host aliases or pod-level resources. The go-cmp diff that upstream
-  appends to "pod updates may not change fields other than ..." is approximated by a list of
-  the changed JSON paths.
-* Bad values that are Go structs upstream (e.g. a ``resource.Quantity`` or a toleration) are
-  rendered as JSON / canonical strings, and errors coming from Go map iteration are reported in
-  the object's key order instead of a random one.
-* JSON decoding is only imitated for the fields this module normalises (quantities, label and
-  annotation maps, ``metav1.MicroTime`` / ``metav1.Time`` values it rewrites); other type
-  mismatches are not reported as 400s, and zero-valued Go struct fields are only filled in for
-  Events and Node status.
-* Table column descriptions are the v1.32 swagger texts as far as they matter to clients.
+* ServiceAccount admission only sets ``serviceAccountName: default`` (no existence check, no
+  projected token volume); Priority admission knows only the two system classes (another
+  ``priorityClassName`` keeps ``spec.priority``, where upstream answers 403).
+* Pod validation skips affinity, topology spread, security contexts, probes, volume sources,
+  DNS config, host aliases and pod-level resources; the go-cmp diff of "pod updates may not
+  change fields other than ..." is approximated by the list of changed JSON paths.
+* Bad values that are Go structs upstream (a toleration, a taint) print as their JSON, and
+  errors that Go reports in map order come in the object's key order.
+* JSON decoding is imitated only for the fields normalised here (quantities, label and
+  annotation maps, the times rewritten); zero-valued Go struct fields are filled in for Events
+  and Node status only.
 """
 
 from __future__ import annotations
@@ -575,7 +546,8 @@ def _since(value: Any, now: datetime) -> str:
 
 
 # =============================================================================================
-# Tables
+# Tables (pkg/printers/internalversion/printers.go, apiserver pkg/registry/rest/table.go,
+# apiextensions-apiserver's tableconvertor, apimachinery pkg/util/duration)
 # =============================================================================================
 
 _DESC_NAME: Final = (
@@ -846,7 +818,9 @@ def _keep(new: dict[str, Any], old: Mapping[str, Any], key: str) -> None:
 
 
 # =============================================================================================
-# Pods
+# Pods (pkg/apis/core/v1/{defaults,conversion}.go, core/validation ValidatePod*,
+# pkg/registry/core/pod/strategy.go, admission DefaultTolerationSeconds / Priority /
+# ServiceAccount, pkg/apis/core/helper/qos, apimachinery pkg/api/resource)
 # =============================================================================================
 
 _SYSTEM_PRIORITY_CLASSES: Final = {
@@ -2263,7 +2237,8 @@ def _update_pod_condition(status: dict[str, Any], ctype: str, cstatus: str, now:
 
 
 # =============================================================================================
-# Nodes
+# Nodes (pkg/apis/core/v1/defaults.go, core/validation ValidateNode*,
+# pkg/registry/core/node/strategy.go)
 # =============================================================================================
 
 _NODE_INFO_FIELDS: Final = (
@@ -2516,7 +2491,7 @@ def _node_row(node: Mapping[str, Any], now: datetime) -> JSON:
 
 
 # =============================================================================================
-# Namespaces
+# Namespaces (core/validation ValidateNamespace*, pkg/registry/core/namespace/strategy.go)
 # =============================================================================================
 
 
@@ -2617,7 +2592,8 @@ def _validate_core_finalizer_name(name: str, path: str) -> list[FieldError]:
 
 
 # =============================================================================================
-# Events
+# Events (pkg/apis/core/validation/events.go, pkg/registry/core/event/strategy.go,
+# pkg/apis/events/v1/conversion.go)
 # =============================================================================================
 
 _CORE_EVENT_FIELDS: Final = (
@@ -3040,7 +3016,7 @@ def _event_row(ev: Mapping[str, Any], now: datetime, original: Mapping[str, Any]
 
 
 # =============================================================================================
-# Leases
+# Leases (pkg/apis/coordination/validation, pkg/registry/coordination/lease/strategy.go)
 # =============================================================================================
 
 
@@ -3110,7 +3086,8 @@ def _validate_lease_spec(spec: Mapping[str, Any]) -> list[FieldError]:
 
 
 # =============================================================================================
-# CustomResourceDefinitions and custom resources
+# CustomResourceDefinitions and custom resources (apiextensions-apiserver
+# pkg/registry/{customresource,customresourcedefinition})
 # =============================================================================================
 
 
