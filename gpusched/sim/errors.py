@@ -264,6 +264,8 @@ def invalid_status(kind: str, group: str, name: str, errs: Sequence[FieldError])
     if errs:
         message += ": " + aggregate_errors(errs)
     details = _details(name, group, kind)
+    if not kind:
+        del details["kind"]  # omitempty
     causes: list[dict[str, Any]] = []
     for e in errs:
         cause: dict[str, Any] = {"reason": e.reason}

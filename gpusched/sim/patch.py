@@ -24,10 +24,12 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from gpusched.sim import field
 from gpusched.sim.apimachinery import GO_MAP_TYPE as _MAP_TYPE
 from gpusched.sim.apimachinery import GO_SLICE_TYPE as _SLICE_TYPE
 from gpusched.sim.apimachinery import go_quote, go_sprint
 from gpusched.sim.apimachinery import go_type as _go_type
+from gpusched.sim.errors import invalid_status
 
 __all__ = [
     "PATCH_STRATEGIES",
@@ -175,13 +177,8 @@ def _not_an_object(result: Any) -> PatchError:
         "couldn't get version/kind; json parse error: json: cannot unmarshal "
         f"{_json_kind(result)} into Go value of type {_FIND_KIND_TYPE}"
     )
-    body = f"Invalid value: {go_quote(_raw_json(result))}: {detail}"
-    return PatchError(
-        422,
-        "Invalid",
-        f' "" is invalid: patch: {body}',
-        details={"causes": [{"reason": "FieldValueInvalid", "message": body, "field": "patch"}]},
-    )
+    status = invalid_status("", "", "", [field.invalid("patch", _raw_json(result), detail)])
+    return PatchError(422, "Invalid", status["message"], details=status["details"])
 
 
 # --------------------------------------------------------------------------------------------

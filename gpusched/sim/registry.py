@@ -520,10 +520,10 @@ class Registry:
                 "specifying resource version is not allowed when using continue"
             )
         if resource_version_match not in ("", "NotOlderThan", "Exact"):
-            raise errors.bad_request(
-                f'resourceVersionMatch: Unsupported value: "{resource_version_match}": supported '
-                'values: "Exact", "NotOlderThan"'
+            unsupported = fieldlib.not_supported(
+                "resourceVersionMatch", resource_version_match, ["Exact", "NotOlderThan"]
             )
+            raise errors.bad_request(str(unsupported))
         storage = self.storage_of(res)
         current = self.store.rv
         state = storage.objects
