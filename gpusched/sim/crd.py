@@ -266,24 +266,37 @@ def _prune(
                 t.record(parent, k)
                 del x[k]
             return
-        for k in list(x):
-            v = x[k]
-            if embedded and k in _META_FIELDS:
-                continue
-            prop = _prop(s, k)
-            sub = [*parent, "." if parent else "", k]
-            if prop is not None:
-                _prune(v, prop, False, sub, t)
-            elif _has_addl(s):
-                _prune(v, _addl(s), False, sub, t)
-            else:
-                if k not in _META_FIELDS or parent:
-                    t.record(parent, k)
-                del x[k]
+        _prune_fields(x, s, embedded, parent, t, drop_unknown=True)
     elif isinstance(x, list):
         items = None if s is None else _items(s)
         for i, v in enumerate(x):
             _prune(v, items, False, [*parent, "[", str(i), "]"], t)
+
+
+def _prune_fields(
+    x: dict[str, Any],
+    s: _Schema,
+    embedded: bool,
+    parent: list[str],
+    t: _PruneTracker,
+    *,
+    drop_unknown: bool,
+) -> None:
+    """The field loop of ``prune`` and ``skipPrune``: a field the schema knows is pruned by its
+    schema; an unknown one is dropped (and recorded) by ``prune`` only."""
+    for k in list(x):
+        if embedded and k in _META_FIELDS:
+            continue
+        prop = _prop(s, k)
+        sub = [*parent, "." if parent else "", k]
+        if prop is not None:
+            _prune(x[k], prop, False, sub, t)
+        elif _has_addl(s):
+            _prune(x[k], _addl(s), False, sub, t)
+        elif drop_unknown:
+            if k not in _META_FIELDS or parent:
+                t.record(parent, k)
+            del x[k]
 
 
 def _skip_prune(
@@ -292,15 +305,7 @@ def _skip_prune(
     if s is None:
         return
     if isinstance(x, dict):
-        for k, v in x.items():
-            if embedded and k in _META_FIELDS:
-                continue
-            prop = _prop(s, k)
-            sub = [*parent, "." if parent else "", k]
-            if prop is not None:
-                _prune(v, prop, False, sub, t)
-            elif _has_addl(s):
-                _prune(v, _addl(s), False, sub, t)
+        _prune_fields(x, s, embedded, parent, t, drop_unknown=False)
     elif isinstance(x, list):
         items = _items(s)
         for i, v in enumerate(x):
@@ -705,29 +710,20 @@ def _cached_compile(pattern: str) -> re.Pattern[str]:
         return re.compile(translated, re.ASCII)
 
 
+def _bound(code: _Code, path: str, text: str, value: Any, limit: int) -> _OAError:
+    """kube-openapi's TooLong, TooShort, TooManyItems, ...: ``<path> in body should <text>``."""
+    return _OAError(code, path, f"{path} in {_IN} should {text}", value=value, valid=limit)
+
+
 def _string_validate(s: _Schema, data: str, path: str) -> _Result | None:
     n = len(data)
     max_len = _as_int(s.get("maxLength"))
     if max_len is not None and n > max_len:
-        return _err(
-            _OAError(
-                _Code.TOO_LONG,
-                path,
-                f"{path} in {_IN} should be at most {max_len} chars long",
-                value=data,
-                valid=max_len,
-            )
-        )
+        return _err(_bound(_Code.TOO_LONG, path, f"be at most {max_len} chars long", data, max_len))
     min_len = _as_int(s.get("minLength"))
     if min_len is not None and n < min_len:
         return _err(
-            _OAError(
-                _Code.TOO_SHORT,
-                path,
-                f"{path} in {_IN} should be at least {min_len} chars long",
-                value=data,
-                valid=min_len,
-            )
+            _bound(_Code.TOO_SHORT, path, f"be at least {min_len} chars long", data, min_len)
         )
     pattern = s.get("pattern")
     if isinstance(pattern, str) and pattern:
@@ -883,26 +879,10 @@ def _slice_validate(s: _Schema, data: Sequence[Any], path: str) -> _Result:
     size = len(data)
     min_items = _as_int(s.get("minItems"))
     if min_items is not None and size < min_items:
-        res.add(
-            _OAError(
-                _Code.MIN_ITEMS,
-                path,
-                f"{path} in {_IN} should have at least {min_items} items",
-                value=size,
-                valid=min_items,
-            )
-        )
+        res.add(_bound(_Code.MIN_ITEMS, path, f"have at least {min_items} items", size, min_items))
     max_items = _as_int(s.get("maxItems"))
     if max_items is not None and size > max_items:
-        res.add(
-            _OAError(
-                _Code.MAX_ITEMS,
-                path,
-                f"{path} in {_IN} should have at most {max_items} items",
-                value=size,
-                valid=max_items,
-            )
-        )
+        res.add(_bound(_Code.MAX_ITEMS, path, f"have at most {max_items} items", size, max_items))
     if s.get("uniqueItems") is True:
         seen: list[Any] = []
         for v in data:
@@ -921,23 +901,23 @@ def _object_validate(s: _Schema, data: Mapping[str, Any], path: str) -> _Result:
     min_props = _as_int(s.get("minProperties"))
     if min_props is not None and num_keys < min_props:
         return _err(
-            _OAError(
+            _bound(
                 _Code.TOO_FEW_PROPERTIES,
                 path,
-                f"{path} in {_IN} should have at least {min_props} properties",
-                value=num_keys,
-                valid=min_props,
+                f"have at least {min_props} properties",
+                num_keys,
+                min_props,
             )
         )
     max_props = _as_int(s.get("maxProperties"))
     if max_props is not None and num_keys > max_props:
         return _err(
-            _OAError(
+            _bound(
                 _Code.TOO_MANY_PROPERTIES,
                 path,
-                f"{path} in {_IN} should have at most {max_props} properties",
-                value=num_keys,
-                valid=max_props,
+                f"have at most {max_props} properties",
+                num_keys,
+                max_props,
             )
         )
     res = _Result()

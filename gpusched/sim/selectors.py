@@ -109,6 +109,7 @@ _BINARY_OPERATOR_LIST: Final = (
     LESS_THAN,
 )
 _BINARY_OPERATORS: Final = ", ".join(_BINARY_OPERATOR_LIST)
+_OPERATORS: Final = (*_BINARY_OPERATOR_LIST, EXISTS, DOES_NOT_EXIST)
 
 # Precompiled check codes used by LabelSelector.matches.
 _M_IN: Final = 0  # In, =, ==: key present and value in set
@@ -166,54 +167,28 @@ def _new_requirement(
     if validate_key and (err := _key_error(key, "key")) is not None:
         errs.append(err)
     vals = list(values) if values is not None else []
-    if op in (IN, NOT_IN):
-        if not vals:
-            errs.append(
-                field.invalid(
-                    "values",
-                    field.Printed(go_string_slice(values)),
-                    "for 'in', 'notin' operators, values set can't be empty",
-                )
-            )
-    elif op in (EQUALS, DOUBLE_EQUALS, NOT_EQUALS):
-        if len(vals) != 1:
-            errs.append(
-                field.invalid(
-                    "values",
-                    field.Printed(go_string_slice(values)),
-                    "exact-match compatibility requires one single value",
-                )
-            )
-    elif op in (EXISTS, DOES_NOT_EXIST):
-        if vals:
-            errs.append(
-                field.invalid(
-                    "values",
-                    field.Printed(go_string_slice(values)),
-                    "values set must be empty for exists and does not exist",
-                )
-            )
-    elif op in (GREATER_THAN, LESS_THAN):
-        if len(vals) != 1:
-            errs.append(
-                field.invalid(
-                    "values",
-                    field.Printed(go_string_slice(values)),
-                    "for 'Gt', 'Lt' operators, exactly one value is required",
-                )
-            )
+    # NewRequirement's rule on the number of values, by operator.
+    count_error = ""
+    if op in (IN, NOT_IN) and not vals:
+        count_error = "for 'in', 'notin' operators, values set can't be empty"
+    elif op in (EQUALS, DOUBLE_EQUALS, NOT_EQUALS) and len(vals) != 1:
+        count_error = "exact-match compatibility requires one single value"
+    elif op in (EXISTS, DOES_NOT_EXIST) and vals:
+        count_error = "values set must be empty for exists and does not exist"
+    elif op in (GREATER_THAN, LESS_THAN) and len(vals) != 1:
+        count_error = "for 'Gt', 'Lt' operators, exactly one value is required"
+    if count_error:
+        errs.append(field.invalid("values", field.Printed(go_string_slice(values)), count_error))
+    if op in (GREATER_THAN, LESS_THAN):
         for i, v in enumerate(vals):
             if _parse_int64(v) is None:
                 errs.append(
                     field.invalid(
-                        f"values[{i}]",
-                        v,
-                        "for 'Gt', 'Lt' operators, the value must be an integer",
+                        f"values[{i}]", v, "for 'Gt', 'Lt' operators, the value must be an integer"
                     )
                 )
-    else:  # unreachable from the parser; kept for parity with NewRequirement
-        supported = [*_BINARY_OPERATOR_LIST, EXISTS, DOES_NOT_EXIST]
-        errs.append(field.not_supported("operator", op, supported))
+    elif op not in _OPERATORS:  # unreachable from the parser; kept for parity with upstream
+        errs.append(field.not_supported("operator", op, _OPERATORS))
     for i, v in enumerate(vals):
         value_errs = is_valid_label_value(v)
         if value_errs:
