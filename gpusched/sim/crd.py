@@ -1,65 +1,29 @@
-"""CustomResourceDefinition semantics for the simulated kube-apiserver.
+"""CustomResourceDefinition semantics for the simulated kube-apiserver (v1.32).
 
-This module is pure: it takes and returns plain JSON-shaped Python values (``dict``, ``list``,
-``str``, ``int``, ``float``, ``bool``, ``None``), does no I/O and never mutates its inputs.
-The HTTP layer (``gpusched.sim``'s aiohttp server) calls it for everything a real
-kube-apiserver does with CRDs and custom resources:
+Pure functions over JSON values (no I/O, inputs never mutated), called by the registry for
+everything a real server does with CRDs and custom resources:
 
-* :func:`default_crd` / :func:`validate_crd` -- what ``POST .../customresourcedefinitions``
-  does before storing (v1 defaulting + ``ValidateCustomResourceDefinition``); a failure is a
-  :class:`CRDError` whose :meth:`CRDError.status` is the 422 ``Invalid`` Status body.
-* :func:`crd_initial_status` / :func:`crd_status_after_create` -- the status a CRD has right
-  after create, and once the naming and establishing controllers have run.
-* :class:`CRDInfo` -- the facts the server needs to route ``/apis/<group>/<version>/<plural>``.
-* :func:`prepare_custom_resource` -- the decode pipeline a custom resource goes through on
-  create/update: prune unknown fields, drop non-nullable nulls, coerce embedded ``metadata``,
-  apply structural defaults (in that order, as the CR handler's codec does).
-  :func:`unknown_field_paths` reports what pruning drops (for ``fieldValidation=Strict/Warn``).
-* :func:`validate_custom_resource` -- ``customResourceStrategy.Validate``: metadata.name, the
-  OpenAPI v3 schema (kube-openapi semantics and messages), embedded resources, and
-  ``x-kubernetes-list-type`` set/map uniqueness.
+* :func:`default_crd` / :func:`validate_crd`: v1 defaulting and
+  ``ValidateCustomResourceDefinition`` (a :class:`CRDError` carries the 422 Status);
+  :func:`crd_initial_status` / :func:`crd_status_after_create`: the status before and after
+  the naming and establishing controllers; :class:`CRDInfo`: what routing needs.
+* :func:`prepare_custom_resource`: the CR decode pipeline (prune unknown fields, drop
+  non-nullable nulls, coerce embedded ``metadata``, apply defaults, in the codec's order);
+  :func:`unknown_field_paths` reports what pruning drops (``fieldValidation``).
+* :func:`validate_custom_resource`: ``customResourceStrategy.Validate`` (name, the OpenAPI v3
+  schema with kube-openapi's messages, embedded resources, list-type uniqueness).
 
-Every error is a :class:`FieldError` mirroring ``k8s.io/apimachinery/pkg/util/validation/field``
-``Error`` (type, field path, bad value, detail); :meth:`FieldError.error_body` renders the same
-text Go's ``ErrorBody`` does (``%q`` strings, ``%v`` numbers, JSON for compound values) and
-:func:`invalid_status` builds the ``StatusError`` of ``apierrors.NewInvalid``.
+Errors are :mod:`gpusched.sim.field` errors. Each section below names the upstream files it
+follows (apiextensions-apiserver, kube-openapi). Cost: a CR is walked once against its schema
+and once more per ``allOf``/``anyOf``/``oneOf``/``not`` branch; ``pattern`` regexes are cached.
 
-The behaviour (and the message texts) follow these upstream files, read from kubernetes/kubernetes
-``staging/src/k8s.io/...`` and kubernetes/kube-openapi:
-
-* ``apiextensions-apiserver/pkg/apiserver/schema/pruning/algorithm.go`` (prune, skipPrune,
-  unknown field paths), ``.../schema/defaulting/{algorithm,prunenulls,validation}.go``,
-  ``.../schema/objectmeta/{algorithm,coerce,validation}.go``, ``.../schema/listtype/validation.go``,
-  ``.../schema/validation.go`` (structural schema invariants);
-* ``apiextensions-apiserver/pkg/apiserver/validation/{validation,formats}.go``
-  (``kubeOpenAPIResultToFieldErrors``, supported formats);
-* ``apiextensions-apiserver/pkg/registry/customresource/{strategy,validator}.go`` and
-  ``.../registry/customresourcedefinition/strategy.go``;
-* ``apiextensions-apiserver/pkg/apis/apiextensions/validation/validation.go`` and
-  ``.../apis/apiextensions/v1/{defaults,conversion}.go`` (per-version fields that are identical
-  in every version are validated at the top-level path, e.g. ``spec.validation.openAPIV3Schema``);
-* ``apiextensions-apiserver/pkg/controller/{status,establish}`` (condition reasons/messages);
-* kube-openapi ``pkg/validation/validate/{schema,type,object_validator,slice_validator,
-  schema_props,validator,values,result,formats}.go``, ``pkg/validation/errors/schema.go`` and
-  ``pkg/validation/strfmt``;
-* apimachinery ``pkg/util/validation/field/errors.go``, ``pkg/util/validation/validation.go``,
-  ``pkg/api/errors/errors.go`` (``NewInvalid``).
-
-Known differences from a real server (all deliberate or unavoidable):
-
-* Go iterates maps in random order, so the order of errors that come from different object
-  properties is random upstream; here it follows the schema's declaration order.
-* ``x-kubernetes-validations`` (CEL) rules are not evaluated, and CEL rules are not compiled
-  when a CRD is validated. Validation ratcheting on update is not implemented.
-* Bad values that are Go structs upstream (``spec.versions`` in "must have exactly one version
-  marked as storage version", the root schema in the status-subresource check) cannot be
-  reproduced byte for byte; they are rendered as the JSON of the submitted value.
-* Formats are validated with Python re-implementations of the Go/govalidator checks
-  (``email``, ``uri``, ``hostname`` and ``duration`` are close approximations). Regular
-  expressions (``pattern``) run on Python's ``re`` in ASCII mode, which agrees with RE2 for
-  the patterns a CRD can hold; CRD validation rejects the Perl-only syntax RE2 lacks.
-* Structural "completeness" (every field named in an ``anyOf``/``allOf`` must also be in
-  ``properties``) and the naming controller's conflict detection between CRDs are not checked.
+Known differences: errors from different properties come in schema order (Go's map order is
+random); CEL rules (``x-kubernetes-validations``) are neither compiled nor evaluated and
+validation ratcheting is not implemented; Go struct bad values (``spec.versions`` in the
+storage-version check, the root schema in the status check) print as JSON; formats are
+Python re-implementations of the Go checks (``email``, ``uri``, ``hostname``, ``duration``
+approximate) and ``pattern`` runs on ``re`` (agreeing with RE2 on what a CRD may hold);
+structural completeness and naming conflicts between CRDs are not checked.
 """
 
 from __future__ import annotations
@@ -80,10 +44,10 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
+from gpusched.sim import field
 from gpusched.sim.apimachinery import (
     DNS1123_LABEL_FMT,
     DNS1123_SUBDOMAIN_FMT,
-    aggregate,
     go_format_float,
     go_json,
     go_quote,
@@ -91,6 +55,9 @@ from gpusched.sim.apimachinery import (
     name_is_dns_subdomain,
 )
 from gpusched.sim.apimachinery import is_dns1035_label as _is_dns1035_label
+from gpusched.sim.errors import invalid_status
+from gpusched.sim.field import ErrorType, FieldError
+from gpusched.sim.field import format_bad_value as format_go_value
 
 __all__ = [
     "CRD_GROUP",
@@ -121,7 +88,7 @@ CRD_GROUP: Final = "apiextensions.k8s.io"
 CRD_KIND: Final = "CustomResourceDefinition"
 
 # ---------------------------------------------------------------------------------------------
-# Go-compatible rendering of values (strconv.Quote, fmt %v of float64, encoding/json)
+# Small helpers
 # ---------------------------------------------------------------------------------------------
 
 
@@ -145,135 +112,9 @@ def _num(v: Any) -> float | None:
     return float(v) if _is_number(v) else None
 
 
-def format_go_value(v: Any) -> str:
-    """How ``field.Error.ErrorBody`` prints a bad value (``%v``, ``%q`` or JSON)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return go_format_float(v)
-    if isinstance(v, str):
-        return go_quote(v)
-    return go_json(v)
-
-
 # ---------------------------------------------------------------------------------------------
-# Field errors and the 422 Status
+# The 422 of a failed CRD validation (apimachinery pkg/api/errors NewInvalid)
 # ---------------------------------------------------------------------------------------------
-
-
-class ErrorType(enum.StrEnum):
-    """``field.ErrorType``; the value is the ``reason`` of a Status cause."""
-
-    NOT_FOUND = "FieldValueNotFound"
-    REQUIRED = "FieldValueRequired"
-    DUPLICATE = "FieldValueDuplicate"
-    INVALID = "FieldValueInvalid"
-    NOT_SUPPORTED = "FieldValueNotSupported"
-    FORBIDDEN = "FieldValueForbidden"
-    TOO_LONG = "FieldValueTooLong"
-    TOO_MANY = "FieldValueTooMany"
-    INTERNAL = "InternalError"
-    TYPE_INVALID = "FieldValueTypeInvalid"
-
-    @property
-    def text(self) -> str:
-        """``ErrorType.String()``: the canonical text of the error type."""
-        return _ERROR_TYPE_TEXT[self]
-
-
-_ERROR_TYPE_TEXT: Final = {
-    ErrorType.NOT_FOUND: "Not found",
-    ErrorType.REQUIRED: "Required value",
-    ErrorType.DUPLICATE: "Duplicate value",
-    ErrorType.INVALID: "Invalid value",
-    ErrorType.NOT_SUPPORTED: "Unsupported value",
-    ErrorType.FORBIDDEN: "Forbidden",
-    ErrorType.TOO_LONG: "Too long",
-    ErrorType.TOO_MANY: "Too many",
-    ErrorType.INTERNAL: "Internal error",
-    ErrorType.TYPE_INVALID: "Invalid value",
-}
-
-_NO_VALUE_TYPES: Final = frozenset(
-    {ErrorType.REQUIRED, ErrorType.FORBIDDEN, ErrorType.TOO_LONG, ErrorType.INTERNAL}
-)
-
-
-class FieldError(NamedTuple):
-    """One field error: ``(field, error_type, bad_value, detail)``.
-
-    ``field`` is the rendered ``field.Path`` (``"<nil>"`` for a nil path, as upstream prints it).
-    """
-
-    field: str
-    error_type: ErrorType
-    bad_value: Any
-    detail: str
-
-    def error_body(self) -> str:
-        """``field.Error.ErrorBody()``: the message without the field path."""
-        if self.error_type in _NO_VALUE_TYPES:
-            s = self.error_type.text
-        else:
-            s = f"{self.error_type.text}: {format_go_value(self.bad_value)}"
-        if self.detail:
-            s += f": {self.detail}"
-        return s
-
-    def message(self) -> str:
-        """``field.Error.Error()``: ``<field>: <body>``."""
-        return f"{self.field}: {self.error_body()}"
-
-    def __str__(self) -> str:
-        return self.message()
-
-
-def _aggregate(errors: Sequence[FieldError]) -> str:
-    """``errs.ToAggregate().Error()``: deduplicated, ``[a, b]`` when more than one."""
-    return aggregate([e.message() for e in errors])
-
-
-def _qualified_kind(kind: str, group: str) -> str:
-    return f"{kind}.{group}" if group else kind
-
-
-def invalid_status(
-    kind: str, group: str, name: str, errors: Sequence[FieldError]
-) -> dict[str, Any]:
-    """The ``Status`` body of ``apierrors.NewInvalid(GroupKind{group, kind}, name, errors)``."""
-    causes: list[dict[str, Any]] = []
-    for e in errors:
-        cause: dict[str, Any] = {"reason": str(e.error_type)}
-        body = e.error_body()
-        if body:
-            cause["message"] = body
-        if e.field:
-            cause["field"] = e.field
-        causes.append(cause)
-    message = f"{_qualified_kind(kind, group)} {go_quote(name)} is invalid"
-    if errors:
-        message += ": " + _aggregate(errors)
-    details: dict[str, Any] = {}
-    if name:
-        details["name"] = name
-    if group:
-        details["group"] = group
-    if kind:
-        details["kind"] = kind
-    if causes:
-        details["causes"] = causes
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": "Invalid",
-        "details": details,
-        "code": 422,
-    }
 
 
 class CRDError(ValueError):
@@ -298,71 +139,6 @@ class CRDError(ValueError):
         return invalid_status(self.kind, self.group, self.name, self.errors)
 
 
-# --- field.Path helpers; ``None`` is the nil path --------------------------------------------
-
-_Path = str | None
-
-
-def _child(p: _Path, *names: str) -> str:
-    out = p
-    for n in names:
-        out = n if out is None else f"{out}.{n}"
-    assert out is not None
-    return out
-
-
-def _index(p: _Path, i: int) -> str:
-    return f"{p or ''}[{i}]"
-
-
-def _key(p: _Path, k: str) -> str:
-    return f"{p or ''}[{k}]"
-
-
-def _ps(p: _Path) -> str:
-    return "<nil>" if p is None else p
-
-
-def _required(p: _Path, detail: str = "") -> FieldError:
-    return FieldError(_ps(p), ErrorType.REQUIRED, "", detail)
-
-
-def _invalid(p: _Path, value: Any, detail: str) -> FieldError:
-    return FieldError(_ps(p), ErrorType.INVALID, value, detail)
-
-
-def _forbidden(p: _Path, detail: str) -> FieldError:
-    return FieldError(_ps(p), ErrorType.FORBIDDEN, "", detail)
-
-
-def _not_supported(p: _Path, value: Any, valid: Sequence[str]) -> FieldError:
-    detail = ""
-    if valid:
-        detail = "supported values: " + ", ".join(go_quote(v) for v in valid)
-    return FieldError(_ps(p), ErrorType.NOT_SUPPORTED, value, detail)
-
-
-def _too_long(p: _Path, max_length: int) -> FieldError:
-    if max_length >= 0:
-        unit = "byte" if max_length == 1 else "bytes"
-        detail = f"may not be more than {max_length} {unit}"
-    else:
-        detail = "value is too long"
-    return FieldError(_ps(p), ErrorType.TOO_LONG, "<value omitted>", detail)
-
-
-def _too_many(p: _Path, actual: int, maximum: int) -> FieldError:
-    if maximum >= 0:
-        detail = f"must have at most {maximum} {'item' if maximum == 1 else 'items'}"
-    else:
-        detail = "has too many items"
-    return FieldError(_ps(p), ErrorType.TOO_MANY, actual, detail)
-
-
-def _duplicate(p: _Path, value: Any) -> FieldError:
-    return FieldError(_ps(p), ErrorType.DUPLICATE, value, "")
-
-
 # ---------------------------------------------------------------------------------------------
 # Name validation (k8s.io/apimachinery/pkg/util/validation)
 # ---------------------------------------------------------------------------------------------
@@ -382,12 +158,12 @@ def _validate_object_meta_name(
     name = meta.get("name") or ""
     if isinstance(generate_name, str) and generate_name:
         for msg in name_fn(generate_name, True):
-            errs.append(_invalid(_child(path, "generateName"), generate_name, msg))
+            errs.append(field.invalid(field.child(path, "generateName"), generate_name, msg))
     if not name:
-        errs.append(_required(_child(path, "name"), "name or generateName is required"))
+        errs.append(field.required(field.child(path, "name"), "name or generateName is required"))
     elif isinstance(name, str):
         for msg in name_fn(name, False):
-            errs.append(_invalid(_child(path, "name"), name, msg))
+            errs.append(field.invalid(field.child(path, "name"), name, msg))
     return errs
 
 
@@ -462,7 +238,8 @@ def _field_schema(s: _Schema | None, k: str) -> _Schema | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Pruning, null pruning, embedded metadata coercion and defaulting
+# Pruning, null pruning, embedded metadata coercion and defaulting (apiextensions-apiserver
+# pkg/apiserver/schema/{pruning,defaulting,objectmeta}, registry/customresource/strategy.go)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -489,24 +266,37 @@ def _prune(
                 t.record(parent, k)
                 del x[k]
             return
-        for k in list(x):
-            v = x[k]
-            if embedded and k in _META_FIELDS:
-                continue
-            prop = _prop(s, k)
-            sub = [*parent, "." if parent else "", k]
-            if prop is not None:
-                _prune(v, prop, False, sub, t)
-            elif _has_addl(s):
-                _prune(v, _addl(s), False, sub, t)
-            else:
-                if k not in _META_FIELDS or parent:
-                    t.record(parent, k)
-                del x[k]
+        _prune_fields(x, s, embedded, parent, t, drop_unknown=True)
     elif isinstance(x, list):
         items = None if s is None else _items(s)
         for i, v in enumerate(x):
             _prune(v, items, False, [*parent, "[", str(i), "]"], t)
+
+
+def _prune_fields(
+    x: dict[str, Any],
+    s: _Schema,
+    embedded: bool,
+    parent: list[str],
+    t: _PruneTracker,
+    *,
+    drop_unknown: bool,
+) -> None:
+    """The field loop of ``prune`` and ``skipPrune``: a field the schema knows is pruned by its
+    schema; an unknown one is dropped (and recorded) by ``prune`` only."""
+    for k in list(x):
+        if embedded and k in _META_FIELDS:
+            continue
+        prop = _prop(s, k)
+        sub = [*parent, "." if parent else "", k]
+        if prop is not None:
+            _prune(x[k], prop, False, sub, t)
+        elif _has_addl(s):
+            _prune(x[k], _addl(s), False, sub, t)
+        elif drop_unknown:
+            if k not in _META_FIELDS or parent:
+                t.record(parent, k)
+            del x[k]
 
 
 def _skip_prune(
@@ -515,15 +305,7 @@ def _skip_prune(
     if s is None:
         return
     if isinstance(x, dict):
-        for k, v in x.items():
-            if embedded and k in _META_FIELDS:
-                continue
-            prop = _prop(s, k)
-            sub = [*parent, "." if parent else "", k]
-            if prop is not None:
-                _prune(v, prop, False, sub, t)
-            elif _has_addl(s):
-                _prune(v, _addl(s), False, sub, t)
+        _prune_fields(x, s, embedded, parent, t, drop_unknown=False)
     elif isinstance(x, list):
         items = _items(s)
         for i, v in enumerate(x):
@@ -668,7 +450,9 @@ def strict_decoding_message(paths: Sequence[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# kube-openapi schema validation
+# kube-openapi schema validation (pkg/validation/validate/{schema,type,object_validator,
+# slice_validator,schema_props,validator,values,result}.go, pkg/validation/errors/schema.go;
+# apiextensions-apiserver pkg/apiserver/validation/validation.go kubeOpenAPIResultToFieldErrors)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -926,29 +710,20 @@ def _cached_compile(pattern: str) -> re.Pattern[str]:
         return re.compile(translated, re.ASCII)
 
 
+def _bound(code: _Code, path: str, text: str, value: Any, limit: int) -> _OAError:
+    """kube-openapi's TooLong, TooShort, TooManyItems, ...: ``<path> in body should <text>``."""
+    return _OAError(code, path, f"{path} in {_IN} should {text}", value=value, valid=limit)
+
+
 def _string_validate(s: _Schema, data: str, path: str) -> _Result | None:
     n = len(data)
     max_len = _as_int(s.get("maxLength"))
     if max_len is not None and n > max_len:
-        return _err(
-            _OAError(
-                _Code.TOO_LONG,
-                path,
-                f"{path} in {_IN} should be at most {max_len} chars long",
-                value=data,
-                valid=max_len,
-            )
-        )
+        return _err(_bound(_Code.TOO_LONG, path, f"be at most {max_len} chars long", data, max_len))
     min_len = _as_int(s.get("minLength"))
     if min_len is not None and n < min_len:
         return _err(
-            _OAError(
-                _Code.TOO_SHORT,
-                path,
-                f"{path} in {_IN} should be at least {min_len} chars long",
-                value=data,
-                valid=min_len,
-            )
+            _bound(_Code.TOO_SHORT, path, f"be at least {min_len} chars long", data, min_len)
         )
     pattern = s.get("pattern")
     if isinstance(pattern, str) and pattern:
@@ -1104,26 +879,10 @@ def _slice_validate(s: _Schema, data: Sequence[Any], path: str) -> _Result:
     size = len(data)
     min_items = _as_int(s.get("minItems"))
     if min_items is not None and size < min_items:
-        res.add(
-            _OAError(
-                _Code.MIN_ITEMS,
-                path,
-                f"{path} in {_IN} should have at least {min_items} items",
-                value=size,
-                valid=min_items,
-            )
-        )
+        res.add(_bound(_Code.MIN_ITEMS, path, f"have at least {min_items} items", size, min_items))
     max_items = _as_int(s.get("maxItems"))
     if max_items is not None and size > max_items:
-        res.add(
-            _OAError(
-                _Code.MAX_ITEMS,
-                path,
-                f"{path} in {_IN} should have at most {max_items} items",
-                value=size,
-                valid=max_items,
-            )
-        )
+        res.add(_bound(_Code.MAX_ITEMS, path, f"have at most {max_items} items", size, max_items))
     if s.get("uniqueItems") is True:
         seen: list[Any] = []
         for v in data:
@@ -1142,23 +901,23 @@ def _object_validate(s: _Schema, data: Mapping[str, Any], path: str) -> _Result:
     min_props = _as_int(s.get("minProperties"))
     if min_props is not None and num_keys < min_props:
         return _err(
-            _OAError(
+            _bound(
                 _Code.TOO_FEW_PROPERTIES,
                 path,
-                f"{path} in {_IN} should have at least {min_props} properties",
-                value=num_keys,
-                valid=min_props,
+                f"have at least {min_props} properties",
+                num_keys,
+                min_props,
             )
         )
     max_props = _as_int(s.get("maxProperties"))
     if max_props is not None and num_keys > max_props:
         return _err(
-            _OAError(
+            _bound(
                 _Code.TOO_MANY_PROPERTIES,
                 path,
-                f"{path} in {_IN} should have at most {max_props} properties",
-                value=num_keys,
-                valid=max_props,
+                f"have at most {max_props} properties",
+                num_keys,
+                max_props,
             )
         )
     res = _Result()
@@ -1307,35 +1066,35 @@ def _validate(s: _Schema, data: Any, path: str) -> _Result:
     return result
 
 
-def _to_field_errors(base: _Path, result: _Result) -> list[FieldError]:
+def _to_field_errors(base: field.Path, result: _Result) -> list[FieldError]:
     """``kubeOpenAPIResultToFieldErrors``."""
     out: list[FieldError] = []
     for e in result.errors:
         if e.composite:
-            out.append(_invalid(base, "", e.message))
+            out.append(field.invalid(base, "", e.message))
             continue
         path = base
         if e.name and e.name != ".":
-            path = _child(base, e.name.removeprefix("."))
+            path = field.child(base, e.name.removeprefix("."))
         value = "" if e.value is None else e.value
         if e.code is _Code.REQUIRED:
-            out.append(_required(path))
+            out.append(field.required(path))
         elif e.code is _Code.ENUM:
             values = [v if isinstance(v, str) else go_json(v) for v in e.values or ()]
-            out.append(_not_supported(path, e.value, values))
+            out.append(field.not_supported(path, e.value, values))
         elif e.code is _Code.TOO_LONG:
-            out.append(_too_long(path, e.valid if _is_int(e.valid) else -1))
+            out.append(field.too_long(path, e.valid if _is_int(e.valid) else -1))
         elif e.code in (_Code.MAX_ITEMS, _Code.TOO_MANY_PROPERTIES):
             actual = e.value if _is_int(e.value) else -1
-            out.append(_too_many(path, actual, e.valid if _is_int(e.valid) else -1))
+            out.append(field.too_many(path, actual, e.valid if _is_int(e.valid) else -1))
         elif e.code is _Code.INVALID_TYPE:
-            out.append(FieldError(_ps(path), ErrorType.TYPE_INVALID, value, e.message))
+            out.append(field.type_invalid(path, value, e.message))
         else:
-            out.append(_invalid(path, value, e.message))
+            out.append(field.invalid(path, value, e.message))
     return out
 
 
-def _validate_schema_value(base: _Path, value: Any, schema: _Schema) -> list[FieldError]:
+def _validate_schema_value(base: field.Path, value: Any, schema: _Schema) -> list[FieldError]:
     return _to_field_errors(base, _validate(schema, value, ""))
 
 
@@ -1571,7 +1330,11 @@ _UNSPECIFIED: Final = _Unspecified()
 def _validate_list_map(p: str, s: _Schema, obj: Sequence[Any]) -> list[FieldError]:
     for i, x in enumerate(obj):
         if x is not None and not isinstance(x, Mapping):
-            return [_invalid(_index(p, i), x, "must be an object for an array of list-type map")]
+            return [
+                field.invalid(
+                    field.index(p, i), x, "must be an object for an array of list-type map"
+                )
+            ]
     if len(obj) <= 1:
         return []
     keys_field = s.get("x-kubernetes-list-map-keys")
@@ -1587,7 +1350,9 @@ def _validate_list_map(p: str, s: _Schema, obj: Sequence[Any]) -> list[FieldErro
                 keys.append(x[kf])
         marked = [("unspecified", 0) if k is _UNSPECIFIED else k for k in keys]
         for i in _list_set_duplicates(marked):
-            errs.append(_duplicate(_index(p, i), {} if keys[i] is _UNSPECIFIED else {kf: keys[i]}))
+            errs.append(
+                field.duplicate(field.index(p, i), {} if keys[i] is _UNSPECIFIED else {kf: keys[i]})
+            )
         return errs
     composite: list[dict[str, Any]] = []
     for x in obj:
@@ -1598,11 +1363,11 @@ def _validate_list_map(p: str, s: _Schema, obj: Sequence[Any]) -> list[FieldErro
                     key[kf] = x[kf]
         composite.append(key)
     for i in _list_set_duplicates(composite):
-        errs.append(_duplicate(_index(p, i), composite[i]))
+        errs.append(field.duplicate(field.index(p, i), composite[i]))
     return errs
 
 
-def _list_sets_and_maps(p: _Path, s: _Schema | None, obj: Any) -> list[FieldError]:
+def _list_sets_and_maps(p: field.Path, s: _Schema | None, obj: Any) -> list[FieldError]:
     if s is None:
         return []
     if isinstance(obj, Mapping):
@@ -1610,11 +1375,11 @@ def _list_sets_and_maps(p: _Path, s: _Schema | None, obj: Any) -> list[FieldErro
         addl = _addl(s)
         if addl is not None:
             for k, v in obj.items():
-                errs.extend(_list_sets_and_maps(_key(p, k), addl, v))
+                errs.extend(_list_sets_and_maps(field.key(p, k), addl, v))
         for k, v in obj.items():
             prop = _prop(s, k)
             if prop is not None:
-                errs.extend(_list_sets_and_maps(_child(p, k), prop, v))
+                errs.extend(_list_sets_and_maps(field.child(p, k), prop, v))
         return errs
     if isinstance(obj, list | tuple):
         assert p is not None
@@ -1622,13 +1387,13 @@ def _list_sets_and_maps(p: _Path, s: _Schema | None, obj: Any) -> list[FieldErro
         lt = s.get("x-kubernetes-list-type")
         if lt == "set":
             for i in _list_set_duplicates(obj):
-                errs.append(_duplicate(_index(p, i), obj[i]))
+                errs.append(field.duplicate(field.index(p, i), obj[i]))
         elif lt == "map":
             errs.extend(_validate_list_map(p, s, obj))
         items = _items(s)
         if items is not None:
             for i, v in enumerate(obj):
-                errs.extend(_list_sets_and_maps(_index(p, i), items, v))
+                errs.extend(_list_sets_and_maps(field.index(p, i), items, v))
         return errs
     return []
 
@@ -1648,7 +1413,7 @@ def _validate_path_segment_name(name: str, prefix: bool) -> list[str]:
     return [f"may not contain '{c}'" for c in ("/", "%") if c in name]
 
 
-def _validate_embedded(p: _Path, x: Any, s: _Schema | None) -> list[FieldError]:
+def _validate_embedded(p: field.Path, x: Any, s: _Schema | None) -> list[FieldError]:
     """``schemaobjectmeta.Validate`` (not at the resource root)."""
     if s is None:
         return []
@@ -1659,39 +1424,39 @@ def _validate_embedded(p: _Path, x: Any, s: _Schema | None) -> list[FieldError]:
         for k, v in x.items():
             prop = _prop(s, k)
             if prop is not None:
-                errs.extend(_validate_embedded(_child(p, k), v, prop))
+                errs.extend(_validate_embedded(field.child(p, k), v, prop))
             elif _has_addl(s):
-                errs.extend(_validate_embedded(_key(p, k), v, _addl(s)))
+                errs.extend(_validate_embedded(field.key(p, k), v, _addl(s)))
     elif isinstance(x, list | tuple):
         items = _items(s)
         for i, v in enumerate(x):
-            errs.extend(_validate_embedded(_index(p, i), v, items))
+            errs.extend(_validate_embedded(field.index(p, i), v, items))
     return errs
 
 
-def _validate_embedded_resource(p: _Path, x: Mapping[str, Any]) -> list[FieldError]:
+def _validate_embedded_resource(p: field.Path, x: Mapping[str, Any]) -> list[FieldError]:
     errs: list[FieldError] = []
     if "apiVersion" not in x:
-        errs.append(_required(_child(p, "apiVersion")))
+        errs.append(field.required(field.child(p, "apiVersion")))
     if "kind" not in x:
-        errs.append(_required(_child(p, "kind")))
+        errs.append(field.required(field.child(p, "kind")))
     for k, v in x.items():
         if k == "apiVersion":
             if not isinstance(v, str):
-                errs.append(_invalid(_child(p, k), v, "must be a string"))
+                errs.append(field.invalid(field.child(p, k), v, "must be a string"))
             elif not v:
-                errs.append(_invalid(_child(p, k), v, "must not be empty"))
+                errs.append(field.invalid(field.child(p, k), v, "must not be empty"))
             elif (msg := _parse_group_version_error(v)) is not None:
-                errs.append(_invalid(_child(p, k), v, msg))
+                errs.append(field.invalid(field.child(p, k), v, msg))
         elif k == "kind":
             if not isinstance(v, str):
-                errs.append(_invalid(_child(p, k), v, "must be a string"))
+                errs.append(field.invalid(field.child(p, k), v, "must be a string"))
             elif not v:
-                errs.append(_invalid(_child(p, k), v, "must not be empty"))
+                errs.append(field.invalid(field.child(p, k), v, "must not be empty"))
             elif kind_errs := is_dns1035_label(v.lower()):
                 errs.append(
-                    _invalid(
-                        _child(p, k),
+                    field.invalid(
+                        field.child(p, k),
                         v,
                         "may have mixed case, but should otherwise match: " + ",".join(kind_errs),
                     )
@@ -1700,7 +1465,9 @@ def _validate_embedded_resource(p: _Path, x: Mapping[str, Any]) -> list[FieldErr
             meta = dict(v)
             if not meta.get("name"):
                 meta["name"] = "fakename"
-            errs.extend(_validate_object_meta_name(meta, _validate_path_segment_name, _child(p, k)))
+            errs.extend(
+                _validate_object_meta_name(meta, _validate_path_segment_name, field.child(p, k))
+            )
     return errs
 
 
@@ -1720,9 +1487,11 @@ def validate_custom_resource(
     """
     errs: list[FieldError] = []
     if kind is not None and obj.get("kind") != kind:
-        errs.append(_invalid("kind", obj.get("kind", ""), f"must be {kind}"))
+        errs.append(field.invalid("kind", obj.get("kind", ""), f"must be {kind}"))
     if api_version is not None and obj.get("apiVersion") != api_version:
-        errs.append(_invalid("apiVersion", obj.get("apiVersion", ""), f"must be {api_version}"))
+        errs.append(
+            field.invalid("apiVersion", obj.get("apiVersion", ""), f"must be {api_version}")
+        )
     if errs:
         return errs
     meta = obj.get("metadata")
@@ -1739,7 +1508,10 @@ def validate_custom_resource(
 
 
 # ---------------------------------------------------------------------------------------------
-# CustomResourceDefinition defaulting and validation
+# CustomResourceDefinition defaulting and validation (apiextensions-apiserver
+# pkg/apis/apiextensions/validation/validation.go, .../v1/{defaults,conversion}.go: fields
+# identical in every version are validated at the top-level path, e.g.
+# spec.validation.openAPIV3Schema; pkg/apiserver/schema/validation.go for structural rules)
 # ---------------------------------------------------------------------------------------------
 
 # JSONSchemaProps JSON fields (apiextensions v1), and which of them are omitempty.
@@ -1949,12 +1721,12 @@ def _openapi_schema_errors(s: _Schema, p: str, ssv: _SSV, is_root: bool) -> list
     errs: list[FieldError] = []
     typ = s.get("type")
     if isinstance(typ, str) and typ and typ not in _OPENAPI_V3_TYPES:
-        errs.append(_not_supported(_child(p, "type"), typ, _OPENAPI_V3_TYPES))
+        errs.append(field.not_supported(field.child(p, "type"), typ, _OPENAPI_V3_TYPES))
     if "default" in s and s["default"] is not None and not ssv.allow_defaults:
         detail = "must not be set"
         if ssv.disallow_reason:
             detail += " " + ssv.disallow_reason
-        errs.append(_forbidden(_child(p, "default"), detail))
+        errs.append(field.forbidden(field.child(p, "default"), detail))
     for key, what in (
         ("id", "id"),
         ("additionalItems", "additionalItems"),
@@ -1964,28 +1736,30 @@ def _openapi_schema_errors(s: _Schema, p: str, ssv: _SSV, is_root: bool) -> list
         ("$ref", "$ref"),
     ):
         if not _is_zero(s.get(key)):
-            errs.append(_forbidden(_child(p, key), f"{what} is not supported"))
+            errs.append(field.forbidden(field.child(p, key), f"{what} is not supported"))
     if typ == "null":
         errs.append(
-            _forbidden(
-                _child(p, "type"), "type cannot be set to null, use nullable as an alternative"
+            field.forbidden(
+                field.child(p, "type"), "type cannot be set to null, use nullable as an alternative"
             )
         )
     if isinstance(s.get("items"), list) and s["items"]:
         errs.append(
-            _forbidden(_child(p, "items"), "items must be a schema object and not an array")
+            field.forbidden(
+                field.child(p, "items"), "items must be a schema object and not an array"
+            )
         )
     if ssv.inside_meta and _embedded(s):
         errs.append(
-            _forbidden(
-                _child(p, "x-kubernetes-embedded-resource"),
+            field.forbidden(
+                field.child(p, "x-kubernetes-embedded-resource"),
                 "must not be used inside of resource meta",
             )
         )
     if s.get("uniqueItems") is True:
         errs.append(
-            _forbidden(
-                _child(p, "uniqueItems"),
+            field.forbidden(
+                field.child(p, "uniqueItems"),
                 "uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
             )
         )
@@ -1993,8 +1767,8 @@ def _openapi_schema_errors(s: _Schema, p: str, ssv: _SSV, is_root: bool) -> list
         addl = s["additionalProperties"]
         if _props(s) and (addl is False or isinstance(addl, Mapping)):
             errs.append(
-                _forbidden(
-                    _child(p, "additionalProperties"),
+                field.forbidden(
+                    field.child(p, "additionalProperties"),
                     "additionalProperties and properties are mutual exclusive",
                 )
             )
@@ -2005,7 +1779,9 @@ def _openapi_schema_errors(s: _Schema, p: str, ssv: _SSV, is_root: bool) -> list
                     allow_defaults=False,
                     disallow_reason="inside additionalProperties applying to object metadata",
                 )
-            errs.extend(_openapi_schema_errors(addl, _child(p, "additionalProperties"), sub, False))
+            errs.extend(
+                _openapi_schema_errors(addl, field.child(p, "additionalProperties"), sub, False)
+            )
     for name, prop in _props(s).items():
         if not isinstance(prop, Mapping):
             continue
@@ -2014,24 +1790,28 @@ def _openapi_schema_errors(s: _Schema, p: str, ssv: _SSV, is_root: bool) -> list
             sub = sub._replace(inside_meta=True)
             if is_root:
                 sub = sub._replace(allow_defaults=False, disallow_reason=f"in top-level {name}")
-        errs.extend(_openapi_schema_errors(prop, _key(_child(p, "properties"), name), sub, False))
+        errs.extend(
+            _openapi_schema_errors(prop, field.key(field.child(p, "properties"), name), sub, False)
+        )
     if isinstance(s.get("not"), Mapping):
-        errs.extend(_openapi_schema_errors(s["not"], _child(p, "not"), ssv, False))
+        errs.extend(_openapi_schema_errors(s["not"], field.child(p, "not"), ssv, False))
     for key in ("allOf", "oneOf", "anyOf"):
         subs = s.get(key)
         if isinstance(subs, list):
             for i, sub_schema in enumerate(subs):
                 if isinstance(sub_schema, Mapping):
                     errs.extend(
-                        _openapi_schema_errors(sub_schema, _index(_child(p, key), i), ssv, False)
+                        _openapi_schema_errors(
+                            sub_schema, field.index(field.child(p, key), i), ssv, False
+                        )
                     )
     items = s.get("items")
     if isinstance(items, Mapping):
-        errs.extend(_openapi_schema_errors(items, _child(p, "items"), ssv, False))
+        errs.extend(_openapi_schema_errors(items, field.child(p, "items"), ssv, False))
     if s.get("x-kubernetes-preserve-unknown-fields") is False:
         errs.append(
-            _invalid(
-                _child(p, "x-kubernetes-preserve-unknown-fields"),
+            field.invalid(
+                field.child(p, "x-kubernetes-preserve-unknown-fields"),
                 False,
                 "must be true or undefined",
             )
@@ -2040,40 +1820,48 @@ def _openapi_schema_errors(s: _Schema, p: str, ssv: _SSV, is_root: bool) -> list
     if map_type is not None and typ != "object":
         msg = "must be object if x-kubernetes-map-type is specified"
         errs.append(
-            _required(_child(p, "type"), msg) if not typ else _invalid(_child(p, "type"), typ, msg)
+            field.required(field.child(p, "type"), msg)
+            if not typ
+            else field.invalid(field.child(p, "type"), typ, msg)
         )
     if map_type is not None and map_type not in ("atomic", "granular"):
         errs.append(
-            _not_supported(_child(p, "x-kubernetes-map-type"), map_type, ["atomic", "granular"])
+            field.not_supported(
+                field.child(p, "x-kubernetes-map-type"), map_type, ["atomic", "granular"]
+            )
         )
     list_type = s.get("x-kubernetes-list-type")
     item_schema = _items(s)
     if list_type is not None and typ != "array":
         msg = "must be array if x-kubernetes-list-type is specified"
         errs.append(
-            _required(_child(p, "type"), msg) if not typ else _invalid(_child(p, "type"), typ, msg)
+            field.required(field.child(p, "type"), msg)
+            if not typ
+            else field.invalid(field.child(p, "type"), typ, msg)
         )
     elif list_type == "set" and item_schema is not None:
         msg = "must be atomic as item of a list with x-kubernetes-list-type=set"
         ilt = item_schema.get("x-kubernetes-list-type")
         if item_schema.get("type") == "array" and ilt is not None and ilt != "atomic":
-            errs.append(_invalid(_child(p, "items", "x-kubernetes-list-type"), ilt, msg))
+            errs.append(field.invalid(field.child(p, "items", "x-kubernetes-list-type"), ilt, msg))
         elif (
             item_schema.get("type") == "object"
             and item_schema.get("x-kubernetes-map-type") != "atomic"
         ):
-            errs.append(_invalid(_child(p, "items", "x-kubernetes-map-type"), ilt, msg))
+            errs.append(field.invalid(field.child(p, "items", "x-kubernetes-map-type"), ilt, msg))
     if list_type is not None and list_type not in ("atomic", "set", "map"):
         errs.append(
-            _not_supported(_child(p, "x-kubernetes-list-type"), list_type, ["atomic", "set", "map"])
+            field.not_supported(
+                field.child(p, "x-kubernetes-list-type"), list_type, ["atomic", "set", "map"]
+            )
         )
     map_keys = s.get("x-kubernetes-list-map-keys")
     if isinstance(map_keys, list) and map_keys:
         msg = "must be map if x-kubernetes-list-map-keys is non-empty"
         if list_type is None:
-            errs.append(_required(_child(p, "x-kubernetes-list-type"), msg))
+            errs.append(field.required(field.child(p, "x-kubernetes-list-type"), msg))
         elif list_type != "map":
-            errs.append(_invalid(_child(p, "x-kubernetes-list-type"), list_type, msg))
+            errs.append(field.invalid(field.child(p, "x-kubernetes-list-type"), list_type, msg))
     if list_type == "map":
         errs.extend(_list_map_schema_errors(s, p, map_keys))
     if list_type in ("set", "map") and item_schema is not None:
@@ -2086,21 +1874,23 @@ def _list_map_schema_errors(s: _Schema, p: str, map_keys: Any) -> list[FieldErro
     keys = map_keys if isinstance(map_keys, list) else []
     if not keys:
         errs.append(
-            _required(
-                _child(p, "x-kubernetes-list-map-keys"),
+            field.required(
+                field.child(p, "x-kubernetes-list-map-keys"),
                 "must not be empty if x-kubernetes-list-type is map",
             )
         )
     items = s.get("items")
     if items is None:
         errs.append(
-            _required(_child(p, "items"), "must have a schema if x-kubernetes-list-type is map")
+            field.required(
+                field.child(p, "items"), "must have a schema if x-kubernetes-list-type is map"
+            )
         )
         return errs
     if not isinstance(items, Mapping):
         errs.append(
-            _invalid(
-                _child(p, "items"),
+            field.invalid(
+                field.child(p, "items"),
                 items,
                 "must only have a single schema if x-kubernetes-list-type is map",
             )
@@ -2109,8 +1899,8 @@ def _list_map_schema_errors(s: _Schema, p: str, map_keys: Any) -> list[FieldErro
     itype = items.get("type", "")
     if itype != "object":
         errs.append(
-            _invalid(
-                _child(p, "items", "type"),
+            field.invalid(
+                field.child(p, "items", "type"),
                 itype,
                 "must be object if parent array's x-kubernetes-list-type is map",
             )
@@ -2122,24 +1912,24 @@ def _list_map_schema_errors(s: _Schema, p: str, map_keys: Any) -> list[FieldErro
         if prop is not None:
             if prop.get("type") in ("array", "object"):
                 errs.append(
-                    _invalid(
-                        _child(_key(_child(p, "items", "properties"), k), "type"),
+                    field.invalid(
+                        field.child(field.key(field.child(p, "items", "properties"), k), "type"),
                         itype,
                         "must be a scalar type if parent array's x-kubernetes-list-type is map",
                     )
                 )
         else:
             errs.append(
-                _invalid(
-                    _child(p, "x-kubernetes-list-map-keys"),
+                field.invalid(
+                    field.child(p, "x-kubernetes-list-map-keys"),
                     keys,
                     "entries must all be names of item properties",
                 )
             )
         if k in seen:
             errs.append(
-                _invalid(
-                    _child(p, "x-kubernetes-list-map-keys"),
+                field.invalid(
+                    field.child(p, "x-kubernetes-list-map-keys"),
                     keys,
                     "must not contain duplicate entries",
                 )
@@ -2154,8 +1944,8 @@ def _map_list_keys_map_set_errors(
     errs: list[FieldError] = []
     if _nullable(items):
         errs.append(
-            _forbidden(
-                _child(p, "items", "nullable"),
+            field.forbidden(
+                field.child(p, "items", "nullable"),
                 f"cannot be nullable when x-kubernetes-list-type is {list_type}",
             )
         )
@@ -2167,19 +1957,19 @@ def _map_list_keys_map_set_errors(
             prop = _prop(items, k)
             if prop is None:
                 continue
-            kp = _key(_child(p, "items", "properties"), k)
+            kp = field.key(field.child(p, "items", "properties"), k)
             if k not in required and not _has_default(prop):
                 errs.append(
-                    _required(
-                        _child(kp, "default"),
+                    field.required(
+                        field.child(kp, "default"),
                         "this property is in x-kubernetes-list-map-keys, so it must have a default "
                         "or be a required property",
                     )
                 )
             if _nullable(prop):
                 errs.append(
-                    _forbidden(
-                        _child(kp, "nullable"),
+                    field.forbidden(
+                        field.child(kp, "nullable"),
                         "this property is in x-kubernetes-list-map-keys, so it cannot be nullable",
                     )
                 )
@@ -2234,33 +2024,35 @@ def _structural_errors(s: _Schema, lvl: int, p: str) -> list[FieldError]:
     typ = s.get("type") or ""
     items = _items(s)
     if typ == "array" and items is None:
-        errs.append(_required(_child(p, "items"), "must be specified"))
+        errs.append(field.required(field.child(p, "items"), "must be specified"))
     if items is not None:
-        errs.extend(_structural_errors(items, _ITEM, _child(p, "items")))
+        errs.extend(_structural_errors(items, _ITEM, field.child(p, "items")))
     for k, v in _props(s).items():
         if isinstance(v, Mapping):
-            errs.extend(_structural_errors(v, _FIELD, _key(_child(p, "properties"), k)))
+            errs.extend(_structural_errors(v, _FIELD, field.key(field.child(p, "properties"), k)))
     if _has_addl(s):
         if lvl == _ROOT:
             errs.append(
-                _forbidden(_child(p, "additionalProperties"), "must not be used at the root")
+                field.forbidden(
+                    field.child(p, "additionalProperties"), "must not be used at the root"
+                )
             )
         addl = _addl(s)
         if addl is not None:
-            errs.extend(_structural_errors(addl, _FIELD, _child(p, "additionalProperties")))
+            errs.extend(_structural_errors(addl, _FIELD, field.child(p, "additionalProperties")))
     int_or_string = s.get("x-kubernetes-int-or-string") is True
     if int_or_string and _preserve(s):
         errs.append(
-            _invalid(
-                _child(p, "x-kubernetes-preserve-unknown-fields"),
+            field.invalid(
+                field.child(p, "x-kubernetes-preserve-unknown-fields"),
                 True,
                 "must be false if x-kubernetes-int-or-string is true",
             )
         )
     if int_or_string and _embedded(s):
         errs.append(
-            _invalid(
-                _child(p, "x-kubernetes-embedded-resource"),
+            field.invalid(
+                field.child(p, "x-kubernetes-embedded-resource"),
                 True,
                 "must be false if x-kubernetes-int-or-string is true",
             )
@@ -2278,7 +2070,9 @@ def _structural_errors(s: _Schema, lvl: int, p: str) -> list[FieldError]:
     if _embedded(s) and typ != "object":
         msg = "must be object if x-kubernetes-embedded-resource is true"
         errs.append(
-            _required(_child(p, "type"), msg) if not typ else _invalid(_child(p, "type"), typ, msg)
+            field.required(field.child(p, "type"), msg)
+            if not typ
+            else field.invalid(field.child(p, "type"), typ, msg)
         )
     elif not typ and not int_or_string and not _preserve(s):
         detail = {
@@ -2286,35 +2080,37 @@ def _structural_errors(s: _Schema, lvl: int, p: str) -> list[FieldError]:
             _ITEM: "must not be empty for specified array items",
             _FIELD: "must not be empty for specified object fields",
         }[lvl]
-        errs.append(_required(_child(p, "type"), detail))
+        errs.append(field.required(field.child(p, "type"), detail))
     if _embedded(s) and _has_addl(s):
         errs.append(
-            _forbidden(
-                _child(p, "additionalProperties"),
+            field.forbidden(
+                field.child(p, "additionalProperties"),
                 "must not be used if x-kubernetes-embedded-resource is set",
             )
         )
     if lvl == _ROOT and typ and typ != "object":
-        errs.append(_invalid(_child(p, "type"), typ, "must be object at the root"))
+        errs.append(field.invalid(field.child(p, "type"), typ, "must be object at the root"))
     props = _props(s)
     for meta_key in ("kind", "apiVersion"):
         sub = props.get(meta_key)
         if isinstance(sub, Mapping) and check_metadata and sub.get("type", "") != "string":
             errs.append(
-                _invalid(
-                    _child(_key(_child(p, "properties"), meta_key), "type"),
+                field.invalid(
+                    field.child(field.key(field.child(p, "properties"), meta_key), "type"),
                     sub.get("type", ""),
                     "must be string",
                 )
             )
     meta = props.get("metadata")
     if isinstance(meta, Mapping):
-        mp = _key(_child(p, "properties"), "metadata")
+        mp = field.key(field.child(p, "properties"), "metadata")
         if check_metadata and meta.get("type", "") != "object":
-            errs.append(_invalid(_child(mp, "type"), meta.get("type", ""), "must be object"))
+            errs.append(
+                field.invalid(field.child(mp, "type"), meta.get("type", ""), "must be object")
+            )
         if lvl == _ROOT and not _metadata_only_names(meta):
             errs.append(
-                _forbidden(
+                field.forbidden(
                     mp,
                     "must not specify anything other than name and generateName, but metadata is "
                     "implicitly specified",
@@ -2322,8 +2118,8 @@ def _structural_errors(s: _Schema, lvl: int, p: str) -> list[FieldError]:
             )
     if _embedded(s) and not _preserve(s) and not props:
         errs.append(
-            _required(
-                _child(p, "properties"),
+            field.required(
+                field.child(p, "properties"),
                 "must not be empty if x-kubernetes-embedded-resource is true without "
                 "x-kubernetes-preserve-unknown-fields",
             )
@@ -2352,30 +2148,34 @@ def _value_validation_errors(
         for i, sub in enumerate(s.get("anyOf") or []):
             if isinstance(sub, Mapping):
                 errs.extend(
-                    _nested_value_validation_errors(sub, False, lvl, _index(_child(p, "anyOf"), i))
+                    _nested_value_validation_errors(
+                        sub, False, lvl, field.index(field.child(p, "anyOf"), i)
+                    )
                 )
     for i, sub in enumerate(s.get("allOf") or []):
         if isinstance(sub, Mapping):
             errs.extend(
                 _nested_value_validation_errors(
-                    sub, skip_first_all_of and i == 0, lvl, _index(_child(p, "allOf"), i)
+                    sub, skip_first_all_of and i == 0, lvl, field.index(field.child(p, "allOf"), i)
                 )
             )
     for i, sub in enumerate(s.get("oneOf") or []):
         if isinstance(sub, Mapping):
             errs.extend(
-                _nested_value_validation_errors(sub, False, lvl, _index(_child(p, "oneOf"), i))
+                _nested_value_validation_errors(
+                    sub, False, lvl, field.index(field.child(p, "oneOf"), i)
+                )
             )
     if isinstance(s.get("not"), Mapping):
-        errs.extend(_nested_value_validation_errors(s["not"], False, lvl, _child(p, "not")))
+        errs.extend(_nested_value_validation_errors(s["not"], False, lvl, field.child(p, "not")))
     pattern = s.get("pattern")
     if isinstance(pattern, str) and pattern:
         try:
             _compile_pattern(pattern)
         except re.error as exc:
             errs.append(
-                _invalid(
-                    _child(p, "pattern"),
+                field.invalid(
+                    field.child(p, "pattern"),
                     pattern,
                     f"must be a valid regular expression, but isn't: error parsing regexp: {exc}",
                 )
@@ -2389,11 +2189,13 @@ def _nested_value_validation_errors(
     errs = _value_validation_errors(s, skip_any_of, False, lvl, p)
     items = s.get("items")
     if isinstance(items, Mapping):
-        errs.extend(_nested_value_validation_errors(items, False, lvl, _child(p, "items")))
+        errs.extend(_nested_value_validation_errors(items, False, lvl, field.child(p, "items")))
     for k, v in _props(s).items():
         if isinstance(v, Mapping):
             errs.extend(
-                _nested_value_validation_errors(v, False, _FIELD, _key(_child(p, "properties"), k))
+                _nested_value_validation_errors(
+                    v, False, _FIELD, field.key(field.child(p, "properties"), k)
+                )
             )
     for key, detail in _NESTED_FORBIDDEN:
         value = s.get(key)
@@ -2404,11 +2206,11 @@ def _nested_value_validation_errors(
         else:
             is_set = not _is_zero(value)
         if is_set:
-            errs.append(_forbidden(_child(p, key), detail))
+            errs.append(field.forbidden(field.child(p, key), detail))
     if "metadata" in _props(s):
         errs.append(
-            _forbidden(
-                _key(_child(p, "properties"), "metadata"),
+            field.forbidden(
+                field.key(field.child(p, "properties"), "metadata"),
                 "must not be specified in a nested context",
             )
         )
@@ -2425,19 +2227,21 @@ def _default_errors(s: _Schema, p: str, inside_meta: bool) -> list[FieldError]:
         pruned = copy.deepcopy(default)
         _prune(pruned, s, _embedded(s), [], _PruneTracker())
         if not _go_deep_equal(pruned, default):
-            errs.append(_invalid(_child(p, "default"), default, "must not have unknown fields"))
-        embedded_errs = _validate_embedded(_child(p, "default"), default, s)
+            errs.append(
+                field.invalid(field.child(p, "default"), default, "must not have unknown fields")
+            )
+        embedded_errs = _validate_embedded(field.child(p, "default"), default, s)
         if embedded_errs:
             errs.extend(embedded_errs)
         else:
-            errs.extend(_validate_schema_value(_child(p, "default"), default, s))
+            errs.extend(_validate_schema_value(field.child(p, "default"), default, s))
     items = _items(s)
     if items is not None:
-        errs.extend(_default_errors(items, _child(p, "items"), inside_meta))
+        errs.extend(_default_errors(items, field.child(p, "items"), inside_meta))
     for k, v in _props(s).items():
         if isinstance(v, Mapping):
             sub_meta = inside_meta or (_embedded(s) and k in _META_FIELDS)
-            errs.extend(_default_errors(v, _key(_child(p, "properties"), k), sub_meta))
+            errs.extend(_default_errors(v, field.key(field.child(p, "properties"), k), sub_meta))
     return errs
 
 
@@ -2450,7 +2254,7 @@ def _validation_errors(
     schema = validation.get("openAPIV3Schema")
     if not isinstance(schema, Mapping):
         return []
-    sp = _child(p, "openAPIV3Schema")
+    sp = field.child(p, "openAPIV3Schema")
     errs: list[FieldError] = []
     if status_enabled:
         for key in _SCHEMA_FIELDS_ORDER:
@@ -2459,8 +2263,8 @@ def _validation_errors(
             if key == "type":
                 if schema["type"] != "object":
                     errs.append(
-                        _invalid(
-                            _child(p, "openAPIV3Schema.type"),
+                        field.invalid(
+                            field.child(p, "openAPIV3Schema.type"),
                             schema["type"],
                             'only "object" is allowed as the type at the root of the schema if the '
                             "status subresource is enabled",
@@ -2471,7 +2275,7 @@ def _validation_errors(
             if key not in _ALLOWED_AT_STATUS_ROOT:
                 allowed = " ".join(_ALLOWED_AT_STATUS_ROOT.values())
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         sp,
                         dict(schema),
                         f"only [{allowed}] fields are allowed at the root of the schema if the "
@@ -2481,7 +2285,9 @@ def _validation_errors(
                 break
     if schema.get("nullable") is True:
         errs.append(
-            _forbidden(_child(p, "openAPIV3Schema.nullable"), "nullable cannot be true at the root")
+            field.forbidden(
+                field.child(p, "openAPIV3Schema.nullable"), "nullable cannot be true at the root"
+            )
         )
     errs.extend(_openapi_schema_errors(schema, sp, _SSV(), True))
     structural = sorted(_structural_errors(schema, _ROOT, sp), key=FieldError.message)
@@ -2505,51 +2311,53 @@ def _subresources_errors(sub: Mapping[str, Any] | None, p: str) -> list[FieldErr
         ("specReplicasPath", ".spec.", ".spec"),
         ("statusReplicasPath", ".status.", ".status"),
     ):
-        fp = _child(p, f"scale.{key}")
+        fp = field.child(p, f"scale.{key}")
         val = scale.get(key) or ""
         if not val:
-            errs.append(_required(fp))
+            errs.append(field.required(fp))
         elif js := _simple_json_path_errors(val, fp):
             errs.extend(js)
         elif not val.startswith(prefix):
-            errs.append(_invalid(fp, val, f"should be a json path under {where}"))
+            errs.append(field.invalid(fp, val, f"should be a json path under {where}"))
     sel = scale.get("labelSelectorPath")
     if isinstance(sel, str) and sel:
-        fp = _child(p, "scale.labelSelectorPath")
+        fp = field.child(p, "scale.labelSelectorPath")
         if js := _simple_json_path_errors(sel, fp):
             errs.extend(js)
         elif not sel.startswith(".spec.") and not sel.startswith(".status."):
-            errs.append(_invalid(fp, sel, "should be a json path under either .spec or .status"))
+            errs.append(
+                field.invalid(fp, sel, "should be a json path under either .spec or .status")
+            )
     return errs
 
 
 def _simple_json_path_errors(s: str, p: str) -> list[FieldError]:
     if not s:
-        return [_invalid(p, s, "must not be empty")]
+        return [field.invalid(p, s, "must not be empty")]
     if s[0] != ".":
-        return [_invalid(p, s, "must be a simple json path starting with .")]
+        return [field.invalid(p, s, "must be a simple json path starting with .")]
     return []
 
 
 def _printer_column_errors(col: Mapping[str, Any], p: str) -> list[FieldError]:
     errs: list[FieldError] = []
     if not col.get("name"):
-        errs.append(_required(_child(p, "name")))
+        errs.append(field.required(field.child(p, "name")))
     typ = col.get("type") or ""
     types_msg = f"must be one of {_PRINTER_COLUMN_TYPES}"
     if not typ:
-        errs.append(_required(_child(p, "type"), types_msg))
+        errs.append(field.required(field.child(p, "type"), types_msg))
     elif typ not in _PRINTER_COLUMN_TYPES.split(","):
-        errs.append(_invalid(_child(p, "type"), typ, types_msg))
+        errs.append(field.invalid(field.child(p, "type"), typ, types_msg))
     fmt = col.get("format") or ""
     if fmt and fmt not in _PRINTER_COLUMN_FORMATS:
         formats = ",".join(sorted(_PRINTER_COLUMN_FORMATS))
-        errs.append(_invalid(_child(p, "format"), fmt, f"must be one of {formats}"))
+        errs.append(field.invalid(field.child(p, "format"), fmt, f"must be one of {formats}"))
     jp = col.get("jsonPath") or ""
     if not jp:
-        errs.append(_required(_child(p, "JSONPath")))
+        errs.append(field.required(field.child(p, "JSONPath")))
     else:
-        errs.extend(_simple_json_path_errors(jp, _child(p, "JSONPath")))
+        errs.extend(_simple_json_path_errors(jp, field.child(p, "JSONPath")))
     return errs
 
 
@@ -2559,13 +2367,13 @@ def _names_errors(names: Mapping[str, Any], p: str) -> list[FieldError]:
     for key in ("plural", "singular"):
         v = names.get(key) or ""
         if isinstance(v, str) and v and (e := is_dns1035_label(v)):
-            errs.append(_invalid(_child(p, key), v, ",".join(e)))
+            errs.append(field.invalid(field.child(p, key), v, ",".join(e)))
     for key in ("kind", "listKind"):
         v = names.get(key) or ""
         if isinstance(v, str) and v and (e := is_dns1035_label(v.lower())):
             errs.append(
-                _invalid(
-                    _child(p, key),
+                field.invalid(
+                    field.child(p, key),
                     v,
                     "may have mixed case, but should otherwise match: " + ",".join(e),
                 )
@@ -2573,13 +2381,15 @@ def _names_errors(names: Mapping[str, Any], p: str) -> list[FieldError]:
     for key in ("shortNames",):
         for i, v in enumerate(names.get(key) or []):
             if isinstance(v, str) and (e := is_dns1035_label(v)):
-                errs.append(_invalid(_index(_child(p, key), i), v, ",".join(e)))
+                errs.append(field.invalid(field.index(field.child(p, key), i), v, ",".join(e)))
     kind = names.get("kind") or ""
     if kind and kind == names.get("listKind"):
-        errs.append(_invalid(_child(p, "listKind"), kind, "kind and listKind may not be the same"))
+        errs.append(
+            field.invalid(field.child(p, "listKind"), kind, "kind and listKind may not be the same")
+        )
     for i, v in enumerate(names.get("categories") or []):
         if isinstance(v, str) and (e := is_dns1035_label(v)):
-            errs.append(_invalid(_index(_child(p, "categories"), i), v, ",".join(e)))
+            errs.append(field.invalid(field.index(field.child(p, "categories"), i), v, ",".join(e)))
     return errs
 
 
@@ -2596,11 +2406,11 @@ def _api_approval_errors(crd: Mapping[str, Any], group: str) -> list[FieldError]
         return []
     meta = crd.get("metadata") or {}
     ann = (meta.get("annotations") or {}) if isinstance(meta, Mapping) else {}
-    p = _key("metadata.annotations", _APPROVAL_ANNOTATION)
+    p = field.key("metadata.annotations", _APPROVAL_ANNOTATION)
     value = ann.get(_APPROVAL_ANNOTATION) if isinstance(ann, Mapping) else None
     if not value:
         return [
-            _required(
+            field.required(
                 p,
                 "protected groups must have approval annotation "
                 f"{go_quote(_APPROVAL_ANNOTATION)}, {_APPROVAL_HINT}",
@@ -2612,7 +2422,7 @@ def _api_approval_errors(crd: Mapping[str, Any], group: str) -> list[FieldError]
     if parsed is not None and parsed.scheme and parsed.netloc:
         return []
     return [
-        _invalid(
+        field.invalid(
             p,
             value,
             f"protected groups must have approval annotation {go_quote(_APPROVAL_ANNOTATION)} with "
@@ -2631,60 +2441,64 @@ def _conversion_errors(spec: Mapping[str, Any]) -> list[FieldError]:
     preserve = spec.get("preserveUnknownFields") is True
     if strategy and strategy != "None" and preserve:
         errs.append(
-            _invalid(
-                _child(p, "strategy"),
+            field.invalid(
+                field.child(p, "strategy"),
                 strategy,
                 "must be None if spec.preserveUnknownFields is true",
             )
         )
     if not strategy:
-        errs.append(_required(_child(p, "strategy")))
+        errs.append(field.required(field.child(p, "strategy")))
     elif strategy not in ("None", "Webhook"):
-        errs.append(_not_supported(_child(p, "strategy"), strategy, ["None", "Webhook"]))
+        errs.append(field.not_supported(field.child(p, "strategy"), strategy, ["None", "Webhook"]))
     webhook = conv.get("webhook") if isinstance(conv.get("webhook"), Mapping) else None
     client_config = webhook.get("clientConfig") if webhook else None
     review_versions = (webhook.get("conversionReviewVersions") if webhook else None) or []
     if strategy == "Webhook":
         if not isinstance(client_config, Mapping):
             errs.append(
-                _required(
-                    _child(p, "webhookClientConfig"), "required when strategy is set to Webhook"
+                field.required(
+                    field.child(p, "webhookClientConfig"),
+                    "required when strategy is set to Webhook",
                 )
             )
         elif (client_config.get("url") is None) == (client_config.get("service") is None):
             errs.append(
-                _required(
-                    _child(p, "webhookClientConfig"), "exactly one of url or service is required"
+                field.required(
+                    field.child(p, "webhookClientConfig"),
+                    "exactly one of url or service is required",
                 )
             )
-        rp = _child(p, "conversionReviewVersions")
+        rp = field.child(p, "conversionReviewVersions")
         if not review_versions:
-            errs.append(_required(rp))
+            errs.append(field.required(rp))
         else:
             seen: set[str] = set()
             for i, v in enumerate(review_versions):
                 if v in seen:
-                    errs.append(_invalid(_index(rp, i), v, "duplicate version"))
+                    errs.append(field.invalid(field.index(rp, i), v, "duplicate version"))
                     continue
                 seen.add(v)
                 for msg in is_dns1035_label(v) if isinstance(v, str) else []:
-                    errs.append(_invalid(_index(rp, i), v, msg))
+                    errs.append(field.invalid(field.index(rp, i), v, msg))
             if not seen & {"v1", "v1beta1"}:
                 errs.append(
-                    _invalid(rp, list(review_versions), "must include at least one of v1, v1beta1")
+                    field.invalid(
+                        rp, list(review_versions), "must include at least one of v1, v1beta1"
+                    )
                 )
     else:
         if client_config is not None:
             errs.append(
-                _forbidden(
-                    _child(p, "webhookClientConfig"),
+                field.forbidden(
+                    field.child(p, "webhookClientConfig"),
                     "should not be set when strategy is not set to Webhook",
                 )
             )
         if review_versions:
             errs.append(
-                _forbidden(
-                    _child(p, "conversionReviewVersions"),
+                field.forbidden(
+                    field.child(p, "conversionReviewVersions"),
                     "should not be set when strategy is not set to Webhook",
                 )
             )
@@ -2713,16 +2527,16 @@ def _crd_errors(crd: Mapping[str, Any]) -> list[FieldError]:
 
     # spec
     if not group:
-        errs.append(_required("spec.group"))
+        errs.append(field.required("spec.group"))
     elif e := is_dns1123_subdomain(group):
-        errs.append(_invalid("spec.group", group, ",".join(e)))
+        errs.append(field.invalid("spec.group", group, ",".join(e)))
     elif len(group.split(".")) < 2:
-        errs.append(_invalid("spec.group", group, "should be a domain with at least one dot"))
+        errs.append(field.invalid("spec.group", group, "should be a domain with at least one dot"))
     scope = spec.get("scope") or ""
     if not scope:
-        errs.append(_required("spec.scope"))
+        errs.append(field.required("spec.scope"))
     elif scope not in ("Cluster", "Namespaced"):
-        errs.append(_not_supported("spec.scope", scope, ["Cluster", "Namespaced"]))
+        errs.append(field.not_supported("spec.scope", scope, ["Cluster", "Namespaced"]))
 
     raw_versions = spec.get("versions")
     versions: list[Mapping[str, Any]] = (
@@ -2741,11 +2555,11 @@ def _crd_errors(crd: Mapping[str, Any]) -> list[FieldError]:
         sch = v.get("schema")
         if not (isinstance(sch, Mapping) and isinstance(sch.get("openAPIV3Schema"), Mapping)):
             errs.append(
-                _required(f"spec.versions[{i}].schema.openAPIV3Schema", "schemas are required")
+                field.required(f"spec.versions[{i}].schema.openAPIV3Schema", "schemas are required")
             )
     if spec.get("preserveUnknownFields") is True and _spec_has(versions, _has_default):
         errs.append(
-            _invalid(
+            field.invalid(
                 "spec.preserveUnknownFields",
                 True,
                 "must be false in order to use defaults in the schema",
@@ -2765,13 +2579,13 @@ def _crd_errors(crd: Mapping[str, Any]) -> list[FieldError]:
             unique = False
         seen_names.add(name)
         if e := is_dns1035_label(name):
-            errs.append(_invalid(_child(vp, "name"), name, ",".join(e)))
+            errs.append(field.invalid(field.child(vp, "name"), name, ",".join(e)))
         deprecated = v.get("deprecated") is True
         warning = v.get("deprecationWarning")
         if not deprecated and warning is not None:
             errs.append(
-                _invalid(
-                    _child(vp, "deprecationWarning"),
+                field.invalid(
+                    field.child(vp, "deprecationWarning"),
                     warning,
                     "can only be set for deprecated versions",
                 )
@@ -2779,35 +2593,43 @@ def _crd_errors(crd: Mapping[str, Any]) -> list[FieldError]:
         elif isinstance(warning, str):
             if len(warning.encode()) > 256:
                 errs.append(
-                    _invalid(
-                        _child(vp, "deprecationWarning"), warning, "must be <= 256 characters long"
+                    field.invalid(
+                        field.child(vp, "deprecationWarning"),
+                        warning,
+                        "must be <= 256 characters long",
                     )
                 )
             if not warning:
                 errs.append(
-                    _invalid(
-                        _child(vp, "deprecationWarning"), warning, "must not be an empty string"
+                    field.invalid(
+                        field.child(vp, "deprecationWarning"),
+                        warning,
+                        "must not be an empty string",
                     )
                 )
         sub = subresources[0] if sub_identical else v.get("subresources")
         status_enabled = isinstance(sub, Mapping) and sub.get("status") is not None
         if not schema_identical and isinstance(v.get("schema"), Mapping):
-            errs.extend(_validation_errors(v["schema"], status_enabled, _child(vp, "schema")))
+            errs.extend(_validation_errors(v["schema"], status_enabled, field.child(vp, "schema")))
         if not sub_identical:
-            errs.extend(_subresources_errors(v.get("subresources"), _child(vp, "subresources")))
+            errs.extend(
+                _subresources_errors(v.get("subresources"), field.child(vp, "subresources"))
+            )
         if not col_identical:
             for j, col in enumerate(v.get("additionalPrinterColumns") or []):
                 if isinstance(col, Mapping):
                     errs.extend(
                         _printer_column_errors(
-                            col, _index(_child(vp, "additionalPrinterColumns"), j)
+                            col, field.index(field.child(vp, "additionalPrinterColumns"), j)
                         )
                     )
     if not unique:
-        errs.append(_invalid("spec.versions", list(versions), "must contain unique version names"))
+        errs.append(
+            field.invalid("spec.versions", list(versions), "must contain unique version names")
+        )
     if storage_count != 1:
         errs.append(
-            _invalid(
+            field.invalid(
                 "spec.versions",
                 list(versions),
                 "must have exactly one version marked as storage version",
@@ -2816,11 +2638,11 @@ def _crd_errors(crd: Mapping[str, Any]) -> list[FieldError]:
     if versions:
         first = versions[0].get("name") if isinstance(versions[0].get("name"), str) else ""
         if first and (e := is_dns1035_label(first)):
-            errs.append(_invalid("spec.version", first, ",".join(e)))
+            errs.append(field.invalid("spec.version", first, ",".join(e)))
 
     for key in ("plural", "singular", "kind", "listKind"):
         if not names.get(key):
-            errs.append(_required(f"spec.names.{key}"))
+            errs.append(field.required(f"spec.names.{key}"))
     errs.extend(_names_errors(names, "spec.names"))
     if schema_identical and isinstance(schemas[0], Mapping):
         errs.extend(_validation_errors(schemas[0], any_status, "spec.validation"))
@@ -2829,18 +2651,20 @@ def _crd_errors(crd: Mapping[str, Any]) -> list[FieldError]:
     if col_identical:
         for j, col in enumerate(columns[0]):
             if isinstance(col, Mapping):
-                errs.extend(_printer_column_errors(col, _index("spec.additionalPrinterColumns", j)))
+                errs.extend(
+                    _printer_column_errors(col, field.index("spec.additionalPrinterColumns", j))
+                )
     errs.extend(_conversion_errors(spec))
 
     # status (as PrepareForCreate leaves it), API approval, preserveUnknownFields
     if storage_count == 0:
         errs.append(
-            _invalid("status.storedVersions", None, "must have at least one stored version")
+            field.invalid("status.storedVersions", None, "must have at least one stored version")
         )
     errs.extend(_api_approval_errors(crd, group))
     if spec.get("preserveUnknownFields") is True:
         errs.append(
-            _invalid(
+            field.invalid(
                 "spec.preserveUnknownFields",
                 True,
                 "cannot set to true, set x-preserve-unknown-fields to true in "
@@ -2889,7 +2713,7 @@ def validate_crd(crd: Mapping[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# CRDInfo and status helpers
+# CRDInfo and status helpers (apiextensions-apiserver pkg/controller/{status,establish})
 # ---------------------------------------------------------------------------------------------
 
 

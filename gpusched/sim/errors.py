@@ -8,7 +8,7 @@ behaves identically against the simulation and a real kube-apiserver.
 Hierarchy::
 
     APIError                      (any non-2xx answer; carries the Status dict)
-    +-- field validation          422 Invalid, built from FieldError lists
+    +-- field validation          422 Invalid, built from gpusched.sim.field's FieldError lists
 
 Handlers raise ``APIError``; the HTTP layer turns it into the response.
 """
@@ -16,14 +16,15 @@ Handlers raise ``APIError``; the HTTP layer turns it into the response.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
+
+from gpusched.sim.apimachinery import go_quote
+from gpusched.sim.field import FieldError, aggregate_errors
 
 __all__ = [
     "APIError",
     "FieldError",
-    "GoHex",
     "already_exists",
     "bad_request",
     "conflict",
@@ -33,6 +34,7 @@ __all__ = [
     "gone",
     "internal_error",
     "invalid",
+    "invalid_status",
     "method_not_allowed",
     "not_acceptable",
     "not_found",
@@ -255,85 +257,28 @@ def internal_error(err: str) -> APIError:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class FieldError:
-    """One ``field.Error``: rendered as "<field>: <type>: <value>: <detail>" by ``str()``.
-
-    ``type`` is the human text of ``field.ErrorType`` ("Invalid value", "Required value",
-    "Unsupported value", "Forbidden", "Duplicate value", "Not found", "Too long", "Too many",
-    "Internal error"); ``reason`` is its cause reason ("FieldValueInvalid", ...).
-    """
-
-    field: str
-    type: str
-    value: Any = None
-    detail: str = ""
-
-    _REASONS = {
-        "Invalid value": "FieldValueInvalid",
-        "Required value": "FieldValueRequired",
-        "Unsupported value": "FieldValueNotSupported",
-        "Forbidden": "FieldValueForbidden",
-        "Duplicate value": "FieldValueDuplicate",
-        "Not found": "FieldValueNotFound",
-        "Too long": "FieldValueTooLong",
-        "Too many": "FieldValueTooMany",
-        "Internal error": "InternalError",
-        "Type": "FieldValueTypeInvalid",
-    }
-
-    @property
-    def reason(self) -> str:
-        return self._REASONS.get(self.type, "FieldValueInvalid")
-
-    def error_body(self) -> str:
-        """``field.Error.ErrorBody()``: the message without the field path."""
-        if self.type in ("Required value", "Forbidden", "Too long", "Internal error", "Too many"):
-            text = self.type
-        elif self.type == "Unsupported value" or self.value is not None:
-            text = f"{self.type}: {_render_value(self.value)}"
-        else:
-            text = self.type
-        if self.detail:
-            text = f"{text}: {self.detail}"
-        return text
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.error_body()}"
+def invalid_status(kind: str, group: str, name: str, errs: Sequence[FieldError]) -> dict[str, Any]:
+    """The ``Status`` body of ``apierrors.NewInvalid(GroupKind{group, kind}, name, errs)``: one
+    cause per error; the message aggregates them (deduplicated, ``[a, b]`` for several)."""
+    message = f"{_qualified(group, kind)} {go_quote(name)} is invalid"
+    if errs:
+        message += ": " + aggregate_errors(errs)
+    details = _details(name, group, kind)
+    if not kind:
+        del details["kind"]  # omitempty
+    causes: list[dict[str, Any]] = []
+    for e in errs:
+        cause: dict[str, Any] = {"reason": e.reason}
+        if body := e.error_body():
+            cause["message"] = body
+        if e.field:
+            cause["field"] = e.field
+        causes.append(cause)
+    if causes:
+        details["causes"] = causes
+    return _status(422, "Invalid", message, details)
 
 
-class GoHex(int):
-    """A bad value Go prints with %#v as hex (``0x0``), e.g. an unset resourceVersion."""
-
-
-def _render_value(value: Any) -> str:
-    if isinstance(value, GoHex):
-        return hex(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, int | float):
-        return str(value)
-    return json.dumps(value, separators=(",", ":"))
-
-
-def invalid(kind: str, group: str, name: str, errors: Iterable[FieldError]) -> APIError:
-    """``errors.NewInvalid``: 422 with one cause per field error.
-
-    The message is ``<Kind>[.<group>] "<name>" is invalid: <err>`` for one error and
-    ``... is invalid: [<err>, <err>]`` for several, as aggregate errors print.
-    """
-    errs = list(errors)
-    qualified = f"{kind}.{group}" if group else kind
-    summary = str(errs[0]) if len(errs) == 1 else "[" + ", ".join(str(e) for e in errs) + "]"
-    details: dict[str, Any] = {"name": name} if name else {}
-    if group:
-        details["group"] = group
-    details["kind"] = kind
-    details["causes"] = [
-        {"reason": e.reason, "message": e.error_body(), "field": e.field} for e in errs
-    ]
-    return APIError(_status(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', details))
+def invalid(kind: str, group: str, name: str, errs: Sequence[FieldError]) -> APIError:
+    """``errors.NewInvalid``: 422 with one cause per field error."""
+    return APIError(invalid_status(kind, group, name, errs))

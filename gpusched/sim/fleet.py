@@ -1,67 +1,23 @@
 """Simulated GPU fleets: cluster specs in YAML, built into Nodes and GPU inventories.
 
 A *cluster spec* (:class:`ClusterSpec`, YAML in ``gpusched/sim/clusters/``) lists pools of
-identical nodes: their count, labels, taints, CPU and memory, and their GPUs (product,
-memory, count, topology, optional MIG layout). :func:`build_fleet` turns a spec into
-:class:`SimNode` records, each holding
+identical nodes: count, labels, taints, CPU and memory, and GPUs (product, memory, count,
+topology, optional MIG layout). :func:`build_fleet` turns it into :class:`SimNode` records,
+each with the v1 ``Node`` a kubelet would report (GPU feature discovery labels, taints,
+``nvidia.com/gpu`` or MIG capacity, Ready conditions, nodeInfo ``v1.32.0-gpusched-sim``) and
+its ``GPUNodeInventory`` (``source: simulated``, deterministic NVML-style UUIDs). The Node's
+GPU fields are derived from the inventory by the functions a real node uses
+(:func:`gpusched.inventory.node_labels`, :func:`gpusched.inventory.node_extended_resources`),
+so a scheduler sees one format. ``load_cluster_spec(name, nodes=N)`` rescales a spec to N
+nodes (largest remainder across pools), so one shipped spec serves any scale.
 
-- the v1 ``Node`` object as a kubelet would report it (labels incl. GPU feature discovery's,
-  taints, capacity and allocatable incl. ``nvidia.com/gpu`` or MIG resources, the four
-  kubelet conditions with Ready=True, addresses, nodeInfo with kubelet ``v1.32.0-gpusched-sim``);
-- the node's ``GPUNodeInventory`` (:mod:`gpusched.inventory`), with ``source: simulated`` and
-  deterministic UUIDs (uuid5 of node name and GPU index, formatted as NVML formats them).
-
-Everything GPU-related on the Node is derived from the inventory with the same functions a
-real node would use (:func:`gpusched.inventory.node_labels`,
-:func:`gpusched.inventory.node_extended_resources`), so a scheduler sees one format.
-
-:func:`apply_fleet` writes a fleet to any Kubernetes API server, real or simulated: it
-creates the CRD if missing and waits for it to be Established (watching the CRD, bounded by
-a timeout), then for each node creates the Node (or, on 409, merge-patches labels and taints),
-merge-patches ``status`` (create ignores it), and creates or replaces the inventory with an
-ownerReference to the Node. It is idempotent and runs nodes concurrently, bounded by a
-semaphore (32 by default). :func:`delete_fleet` removes what it wrote. Only these two
-functions and :func:`ensure_crd` talk to the API; they use raw JSON (``_preload_content=False``)
-so no client model validation stands between them and a minimal API server.
-
-Topology presets (``gpu.topology``), PCIe levels as ``nvidia-smi topo -m`` names them:
-
-``nvswitch``
-    every pair ``NV<n>`` (``gpu.nvlinks``, default 18 as on DGX H100); PCIe ``NODE`` within a
-    NUMA node, ``SYS`` across. GPUs split into two NUMA nodes, first half on NUMA 0.
-``dgx1-hybrid-cube-mesh``
-    8 GPUs, DGX-1 with V100 (NVLink 2, 6 links per GPU), matrix below; PCIe ``PIX`` for
-    0-1, 2-3, 4-5, 6-7, ``PHB`` otherwise within a quad, ``SYS`` across quads.
-``bridged-pairs``
-    PCIe cards joined in pairs (0-1, 2-3, ...) by NVLink bridges, ``NV<n>`` (``gpu.nvlinks``,
-    default 4 as A40 / RTX A6000 bridges report); PCIe ``PIX`` within a pair, ``NODE`` within
-    a NUMA node, ``SYS`` across.
-``pcie``
-    no NVLink; PCIe as for ``bridged-pairs``.
-
-or an explicit list of ``{a, b, nvlinks, pcie}`` covering every pair once.
-
-DGX-1V NVLink matrix (from NVIDIA go-gpuallocator's ``NewDGX1VoltaNode`` test fixture, which
-matches ``nvidia-smi topo -m`` on a DGX-1V)::
-
-         GPU0 GPU1 GPU2 GPU3 GPU4 GPU5 GPU6 GPU7
-    GPU0  X   NV1  NV1  NV2  NV2  SYS  SYS  SYS
-    GPU1 NV1   X   NV2  NV1  SYS  NV2  SYS  SYS
-    GPU2 NV1  NV2   X   NV2  SYS  SYS  NV1  SYS
-    GPU3 NV2  NV1  NV2   X   SYS  SYS  SYS  NV1
-    GPU4 NV2  SYS  SYS  SYS   X   NV1  NV1  NV2
-    GPU5 SYS  NV2  SYS  SYS  NV1   X   NV2  NV1
-    GPU6 SYS  SYS  NV1  SYS  NV1  NV2   X   NV2
-    GPU7 SYS  SYS  SYS  NV1  NV2  NV1  NV2   X
-
-MIG layouts (``gpu.mig``: a list of profiles applied to every card) are placed like NVML
-does, using the product's profile table (:data:`MIG_PROFILES`: memory, placement starts and
-sizes from ``nvidia-smi mig -lgip`` / ``-lgipp``); a layout that cannot be placed is a spec
-error. GPU instance ids follow the heap numbering the driver uses on A100/H100 (7g = 0;
-4g/3g at 0 or 4 = 1, 2; 2g at 0, 2, 4, 6 = 3..6; 1g at 0..6 = 7..13); compute instance 0.
-
-``load_cluster_spec(name, nodes=N)`` rescales a spec to N nodes in total, split across pools
-in proportion to their counts (largest remainder), so one shipped spec serves any scale.
+:func:`apply_fleet` writes a fleet to any API server, real or simulated: the CRD (waiting for
+Established), then per node, concurrently (32 at a time), the Node (on 409 its labels and
+taints are merge-patched), its ``status``, and the inventory owned by the Node; it is
+idempotent, and :func:`delete_fleet` removes what it wrote. These and :func:`ensure_crd` are
+the only functions that talk to the API, in raw JSON so that no client model validation
+stands between them and a minimal server. Topology presets are described at
+:data:`TOPOLOGY_PRESETS`, MIG placement at :data:`MIG_PROFILES`.
 """
 
 from __future__ import annotations
@@ -142,6 +98,18 @@ CRD_DIGEST_ANNOTATION: Final = "gpusched.io/crd-digest"
 """Annotation :func:`ensure_crd` puts on the CRD: sha256 of the packaged YAML."""
 
 TOPOLOGY_PRESETS: Final = ("nvswitch", "dgx1-hybrid-cube-mesh", "bridged-pairs", "pcie")
+"""Named ``gpu.topology`` layouts (else an explicit list of ``{a, b, nvlinks, pcie}`` covering
+every pair once); PCIe levels as ``nvidia-smi topo -m`` names them.
+
+``nvswitch``: every pair ``NV<n>`` (``gpu.nvlinks``, default 18 as on DGX H100); PCIe ``NODE``
+within a NUMA node, ``SYS`` across; the first half of the GPUs on NUMA 0.
+``dgx1-hybrid-cube-mesh``: 8 V100s of a DGX-1 (NVLink 2, 6 links per GPU, the matrix at
+``_DGX1_NVLINKS``); PCIe ``PIX`` for 0-1, 2-3, 4-5, 6-7, ``PHB`` within a quad, ``SYS`` across.
+``bridged-pairs``: PCIe cards joined in pairs (0-1, 2-3, ...) by NVLink bridges, ``NV<n>``
+(default 4, as A40 / RTX A6000 bridges report); PCIe ``PIX`` within a pair, ``NODE`` within a
+NUMA node, ``SYS`` across.
+``pcie``: no NVLink; PCIe as for ``bridged-pairs``.
+"""
 _NVLINK_DEFAULTS: Final = {"nvswitch": 18, "bridged-pairs": 4}
 
 # --- MIG profile tables ------------------------------------------------------------------
@@ -196,7 +164,13 @@ MIG_PROFILES: Final[dict[str, dict[str, MIGProfile]]] = {
     "NVIDIA A100-SXM4-80GB": _A100_80GB,
     "NVIDIA A100 80GB PCIe": _A100_80GB,
 }
-"""MIG profile tables by NVML product name, for the products the simulator can partition."""
+"""MIG profile tables by NVML product name, for the products the simulator can partition.
+
+A layout (``gpu.mig``: profiles applied to every card) is placed as NVML places it, from the
+profile's starts and size; one that cannot be placed is a spec error. GPU instance ids follow
+the driver's heap numbering on A100/H100 (7g = 0; 4g/3g at 0 or 4 = 1, 2; 2g at 0, 2, 4, 6 =
+3..6; 1g at 0..6 = 7..13); the compute instance is 0.
+"""
 
 _GI_LEVEL: Final = {8: 0, 4: 1, 2: 2, 1: 3}
 
@@ -517,7 +491,18 @@ def load_cluster_spec(
 
 _UUID_NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_DNS, "sim.gpusched.io")
 
-# DGX-1V NVLink counts (see the module docstring) and PCIe bus ids as a DGX-1 enumerates them.
+# DGX-1V NVLink counts (NVIDIA go-gpuallocator's NewDGX1VoltaNode fixture, as
+# ``nvidia-smi topo -m`` shows them on a DGX-1V) and PCIe bus ids as a DGX-1 enumerates them:
+#
+#          GPU0 GPU1 GPU2 GPU3 GPU4 GPU5 GPU6 GPU7
+#     GPU0  X   NV1  NV1  NV2  NV2  SYS  SYS  SYS
+#     GPU1 NV1   X   NV2  NV1  SYS  NV2  SYS  SYS
+#     GPU2 NV1  NV2   X   NV2  SYS  SYS  NV1  SYS
+#     GPU3 NV2  NV1  NV2   X   SYS  SYS  SYS  NV1
+#     GPU4 NV2  SYS  SYS  SYS   X   NV1  NV1  NV2
+#     GPU5 SYS  NV2  SYS  SYS  NV1   X   NV2  NV1
+#     GPU6 SYS  SYS  NV1  SYS  NV1  NV2   X   NV2
+#     GPU7 SYS  SYS  SYS  NV1  NV2  NV1  NV2   X
 _DGX1_NVLINKS: Final = {
     (0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2,
     (1, 2): 2, (1, 3): 1, (1, 5): 2,

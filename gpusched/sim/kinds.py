@@ -1,56 +1,27 @@
 """Per-kind strategies of the simulated kube-apiserver (Kubernetes v1.32 behaviour).
 
 A :class:`Strategy` is what ``k8s.io/apiserver/pkg/registry/rest`` calls a REST strategy plus
-the bits of defaulting and admission a real server runs for the kind: the registry calls
+the defaulting and admission a real server runs for the kind: the registry calls
 ``prepare_for_create`` / ``validate_create`` (and the update / status-update pairs), asks
 ``graceful_period`` on DELETE, ``field_set`` for field selectors and ``table`` for
-``Accept: application/json;as=Table``. Objects are the wire JSON (camelCase dicts).
+``Accept: application/json;as=Table``. Objects are the wire JSON; errors are
+:mod:`gpusched.sim.field` errors. Each kind's section names the upstream code it follows
+(``pkg/apis/core/{v1,validation}``, ``pkg/registry/*/strategy.go``, the admission plugins,
+``pkg/printers/internalversion``). Cost: each hook is linear in the size of the object.
 
-Upstream sources followed (kubernetes/kubernetes at v1.32 unless noted):
+Left out (differences a client could observe):
 
-* ``pkg/apis/core/v1/defaults.go`` and ``.../v1/conversion.go`` (pod / node / namespace /
-  event defaults; ``podIP``/``podIPs``, ``hostIP``/``hostIPs``, ``podCIDR``/``podCIDRs`` and
-  ``serviceAccount``/``serviceAccountName`` folding);
-* ``pkg/apis/core/validation/validation.go`` (``ValidatePodCreate``, ``ValidatePodUpdate``,
-  ``ValidatePodStatusUpdate``, ``ValidateNode(Update)``, ``ValidateNamespace*``,
-  ``ValidateEventCreate/Update``), ``pkg/apis/coordination/validation``;
-  ``k8s.io/apimachinery/pkg/api/validation`` (``ValidateObjectMeta(Update)``) and
-  ``.../util/validation/validation.go`` (message texts);
-* ``pkg/registry/core/{pod,node,namespace,event}/strategy.go``,
-  ``pkg/registry/core/pod/storage/storage.go`` (``BindingREST``),
-  ``pkg/registry/coordination/lease/strategy.go``,
-  ``apiextensions-apiserver/pkg/registry/{customresource,customresourcedefinition}``;
-* admission plugins ``DefaultTolerationSeconds``, ``Priority`` (no default PriorityClass; only the
-  two system classes exist) and ``ServiceAccount`` (name only);
-* ``pkg/apis/core/helper/qos`` (QoS class), ``k8s.io/apimachinery/pkg/api/resource`` (quantity
-  parsing, rounding and canonical form), ``pkg/apis/events/v1/conversion.go``;
-* ``pkg/printers/internalversion/printers.go`` (Pod, Node, Namespace, Event, Lease tables),
-  ``apiserver/pkg/registry/rest/table.go`` (default table), ``apiextensions-apiserver/pkg/
-  registry/customresource/tableconvertor`` and ``k8s.io/apimachinery/pkg/util/duration``.
-
-Left out (known differences a client could observe):
-
-* The ServiceAccount admission plugin only sets ``serviceAccountName: default``; it does not
-  check that the service account exists and does not add the ``kube-api-access-*`` projected
-  token volume and mounts.
-* Priority admission knows only ``system-node-critical`` and ``system-cluster-critical``; any
-  other ``priorityClassName`` keeps the pod's ``spec.priority`` (0 when absent) instead of
-  being looked up (upstream: 403 "no PriorityClass with name X was found").
-* Pod validation covers names, images, ports, env names, volume names and mounts, resources,
-  restart/DNS/pull/termination-message policies, node selector, tolerations, scheduling gates,
-  service account / node / priority class names, active deadline and preemption policy; it
-  does not validate affinity, topology spread constraints, security contexts, probes, volume
-  sources, DNS config, host aliases or pod-level resources. The go-cmp diff that upstream
-  appends to "pod updates may not change fields other than ..." is approximated by a list of
-  the changed JSON paths.
-* Bad values that are Go structs upstream (e.g. a ``resource.Quantity`` or a toleration) are
-  rendered as JSON / canonical strings, and errors coming from Go map iteration are reported in
-  the object's key order instead of a random one.
-* JSON decoding is only imitated for the fields this module normalises (quantities, label and
-  annotation maps, ``metav1.MicroTime`` / ``metav1.Time`` values it rewrites); other type
-  mismatches are not reported as 400s, and zero-valued Go struct fields are only filled in for
-  Events and Node status.
-* Table column descriptions are the v1.32 swagger texts as far as they matter to clients.
+* ServiceAccount admission only sets ``serviceAccountName: default`` (no existence check, no
+  projected token volume); Priority admission knows only the two system classes (another
+  ``priorityClassName`` keeps ``spec.priority``, where upstream answers 403).
+* Pod validation skips affinity, topology spread, security contexts, probes, volume sources,
+  DNS config, host aliases and pod-level resources; the go-cmp diff of "pod updates may not
+  change fields other than ..." is approximated by the list of changed JSON paths.
+* Bad values that are Go structs upstream (a toleration, a taint) print as their JSON, and
+  errors that Go reports in map order come in the object's key order.
+* JSON decoding is imitated only for the fields normalised here (quantities, label and
+  annotation maps, the times rewritten); zero-valued Go struct fields are filled in for Events
+  and Node status only.
 """
 
 from __future__ import annotations
@@ -65,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from typing import Any, Final
 
-from gpusched.sim import errors
+from gpusched.sim import errors, field
 from gpusched.sim.apimachinery import (
     go_sprint,
     go_string_slice,
@@ -77,7 +48,7 @@ from gpusched.sim.apimachinery import (
     name_is_dns_label,
     name_is_dns_subdomain,
 )
-from gpusched.sim.errors import FieldError
+from gpusched.sim.field import FieldError
 
 __all__ = [
     "CRDStrategy",
@@ -173,56 +144,12 @@ def _is_valid_port_num(port: int) -> list[str]:
 NameFn = Callable[[str, bool], list[str]]
 
 
-# --------------------------------------------------------------------------- field error helpers
-
-
-def _required(path: str, detail: str = "") -> FieldError:
-    return FieldError(path, "Required value", None, detail)
-
-
-class _GoNil(int):
-    """A nil bad value: ``field.Error`` prints it as ``null`` (``FieldError`` omits ``None``)."""
-
-    def __str__(self) -> str:
-        return "null"
-
-    __repr__ = __str__
-
-
-_NIL: Final = _GoNil(0)
-
-
-def _invalid(path: str, value: Any, detail: str) -> FieldError:
-    return FieldError(path, "Invalid value", value, detail)
-
-
-def _forbidden(path: str, detail: str) -> FieldError:
-    return FieldError(path, "Forbidden", None, detail)
-
-
-def _duplicate(path: str, value: Any) -> FieldError:
-    return FieldError(path, "Duplicate value", value, "")
-
-
-def _not_found(path: str, value: Any) -> FieldError:
-    return FieldError(path, "Not found", value, "")
-
-
-def _not_supported(path: str, value: Any, valid: Sequence[str]) -> FieldError:
-    detail = "supported values: " + ", ".join(json.dumps(v) for v in valid) if valid else ""
-    return FieldError(path, "Unsupported value", value, detail)
-
-
-def _immutable(path: str, value: Any) -> FieldError:
-    return _invalid(path, value, "field is immutable")
-
-
 def _validate_dns1123_label(value: str, path: str) -> list[FieldError]:
-    return [_invalid(path, value, m) for m in is_dns1123_label(value)]
+    return [field.invalid(path, value, m) for m in is_dns1123_label(value)]
 
 
 def _validate_qualified_name(value: str, path: str) -> list[FieldError]:
-    return [_invalid(path, value, m) for m in is_qualified_name(value)]
+    return [field.invalid(path, value, m) for m in is_qualified_name(value)]
 
 
 # =============================================================================================
@@ -236,8 +163,8 @@ _STANDARD_FINALIZERS: Final = frozenset({"kubernetes", "orphan", "foregroundDele
 def _validate_labels(labels: Any, path: str) -> list[FieldError]:
     errs: list[FieldError] = []
     for k, v in _map(labels).items():
-        errs.extend(_invalid(path, k, m) for m in is_qualified_name(k))
-        errs.extend(_invalid(path, v, m) for m in is_valid_label_value(_str(v)))
+        errs.extend(field.invalid(path, k, m) for m in is_qualified_name(k))
+        errs.extend(field.invalid(path, v, m) for m in is_valid_label_value(_str(v)))
     return errs
 
 
@@ -245,14 +172,10 @@ def _validate_annotations(annotations: Any, path: str) -> list[FieldError]:
     errs: list[FieldError] = []
     ann = _map(annotations)
     for k in ann:
-        errs.extend(_invalid(path, k, m) for m in is_qualified_name(k.lower()))
+        errs.extend(field.invalid(path, k, m) for m in is_qualified_name(k.lower()))
     size = sum(len(k) + len(_str(v)) for k, v in ann.items())
     if size > _TOTAL_ANNOTATION_SIZE_LIMIT:
-        errs.append(
-            FieldError(
-                path, "Too long", None, f"may not be more than {_TOTAL_ANNOTATION_SIZE_LIMIT} bytes"
-            )
-        )
+        errs.append(field.too_long(path, _TOTAL_ANNOTATION_SIZE_LIMIT))
     return errs
 
 
@@ -275,23 +198,23 @@ def _validate_owner_references(refs: Any, path: str) -> list[FieldError]:
         _, version = _split_api_version(_str(r.get("apiVersion")))
         if not version:
             errs.append(
-                _invalid(
+                field.invalid(
                     f"{path}.apiVersion", _str(r.get("apiVersion")), "version must not be empty"
                 )
             )
         if not _str(r.get("kind")):
-            errs.append(_invalid(f"{path}.kind", _str(r.get("kind")), "must not be empty"))
+            errs.append(field.invalid(f"{path}.kind", _str(r.get("kind")), "must not be empty"))
         if not _str(r.get("name")):
-            errs.append(_invalid(f"{path}.name", _str(r.get("name")), "must not be empty"))
+            errs.append(field.invalid(f"{path}.name", _str(r.get("name")), "must not be empty"))
         if not _str(r.get("uid")):
-            errs.append(_invalid(f"{path}.uid", _str(r.get("uid")), "must not be empty"))
+            errs.append(field.invalid(f"{path}.uid", _str(r.get("uid")), "must not be empty"))
         if r.get("controller") is True:
             current = f"{_str(r.get('kind'))}/{_str(r.get('name'))}"
             if first_controller:
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         path,
-                        refs,
+                        field.struct(refs),
                         'Only one reference can have Controller set to true. Found "true" in '
                         f"references for {first_controller} and {current}",
                     )
@@ -305,16 +228,20 @@ def _validate_finalizers(finalizers: Any, path: str, kube: bool) -> list[FieldEr
     errs: list[FieldError] = []
     items = [_str(f) for f in _list(finalizers)]
     for f in items:
-        errs.extend(_invalid(path, f, m) for m in is_qualified_name(f))
+        errs.extend(field.invalid(path, f, m) for m in is_qualified_name(f))
     if "orphan" in items and "foregroundDeletion" in items:
         errs.append(
-            _invalid(path, items, "finalizer orphan and foregroundDeletion cannot be both set")
+            field.invalid(
+                path,
+                field.struct(items),
+                "finalizer orphan and foregroundDeletion cannot be both set",
+            )
         )
     if kube:
         for i, f in enumerate(items):
             if "/" not in f and f not in _STANDARD_FINALIZERS:
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         f"{path}[{i}]",
                         f,
                         "name is neither a standard finalizer name nor is it fully qualified",
@@ -337,14 +264,14 @@ def _validate_object_meta(
         generate_name = _str(meta.get("generateName"))
         if generate_name:
             errs.extend(
-                _invalid("metadata.generateName", generate_name, m)
+                field.invalid("metadata.generateName", generate_name, m)
                 for m in name_fn(generate_name, True)
             )
         name = _str(meta.get("name"))
         if not name:
-            errs.append(_required("metadata.name", "name or generateName is required"))
+            errs.append(field.required("metadata.name", "name or generateName is required"))
         else:
-            errs.extend(_invalid("metadata.name", name, m) for m in name_fn(name, False))
+            errs.extend(field.invalid("metadata.name", name, m) for m in name_fn(name, False))
     errs.extend(_validate_labels(meta.get("labels"), "metadata.labels"))
     errs.extend(_validate_annotations(meta.get("annotations"), "metadata.annotations"))
     errs.extend(_validate_owner_references(meta.get("ownerReferences"), "metadata.ownerReferences"))
@@ -363,7 +290,7 @@ def _validate_object_meta_update(
         extra = sorted({_str(f) for f in _list(meta.get("finalizers"))} - old_f)
         if extra:
             errs.append(
-                _forbidden(
+                field.forbidden(
                     "metadata.finalizers",
                     "no new finalizers can be added if the object is being deleted, found new "
                     f"finalizers {go_string_slice(extra)}",
@@ -371,7 +298,9 @@ def _validate_object_meta_update(
             )
     if int(meta.get("generation") or 0) < int(old_meta.get("generation") or 0):
         errs.append(
-            _invalid("metadata.generation", meta.get("generation"), "must not be decremented")
+            field.invalid(
+                "metadata.generation", int(meta.get("generation") or 0), "must not be decremented"
+            )
         )
     errs.extend(_validate_labels(meta.get("labels"), "metadata.labels"))
     errs.extend(_validate_annotations(meta.get("annotations"), "metadata.annotations"))
@@ -617,7 +546,8 @@ def _since(value: Any, now: datetime) -> str:
 
 
 # =============================================================================================
-# Tables
+# Tables (pkg/printers/internalversion/printers.go, apiserver pkg/registry/rest/table.go,
+# apiextensions-apiserver's tableconvertor, apimachinery pkg/util/duration)
 # =============================================================================================
 
 _DESC_NAME: Final = (
@@ -676,6 +606,24 @@ def _table(columns: list[JSON], rows: list[JSON]) -> JSON:
         "columnDefinitions": copy.deepcopy(columns),
         "rows": rows,
     }
+
+
+def _name_cell_age_table(
+    column: JSON, objs: list[dict[str, Any]], now: datetime, cell: Callable[[JSON], Any]
+) -> JSON:
+    """The printers' Name, one string column, Age table."""
+    rows = [
+        _row(
+            o,
+            [
+                _str(_meta(o).get("name")),
+                _str(cell(o)),
+                _since(_meta(o).get("creationTimestamp"), now),
+            ],
+        )
+        for o in objs
+    ]
+    return _table([_NAME_COL, column, _AGE_COL], rows)
 
 
 _JSONPATH_STEP_RE: Final = re.compile(r"\.([^.\[\]]+)|\[(\*|-?[0-9]+)\]|\[['\"]([^'\"]+)['\"]\]")
@@ -870,7 +818,9 @@ def _keep(new: dict[str, Any], old: Mapping[str, Any], key: str) -> None:
 
 
 # =============================================================================================
-# Pods
+# Pods (pkg/apis/core/v1/{defaults,conversion}.go, core/validation ValidatePod*,
+# pkg/registry/core/pod/strategy.go, admission DefaultTolerationSeconds / Priority /
+# ServiceAccount, pkg/apis/core/helper/qos, apimachinery pkg/api/resource)
 # =============================================================================================
 
 _SYSTEM_PRIORITY_CLASSES: Final = {
@@ -1315,10 +1265,10 @@ def _validate_tolerations(tolerations: Any, path: str) -> list[FieldError]:
         p = f"{path}[{i}]"
         key, op, value, effect = _toleration_key(t)
         if key:
-            errs.extend(_invalid(f"{p}.key", key, m) for m in is_qualified_name(key))
+            errs.extend(field.invalid(f"{p}.key", key, m) for m in is_qualified_name(key))
         if not key and op != "Exists":
             errs.append(
-                _invalid(
+                field.invalid(
                     f"{p}.operator",
                     op,
                     'operator must be Exists when `key` is empty, which means "match all '
@@ -1327,7 +1277,7 @@ def _validate_tolerations(tolerations: Any, path: str) -> list[FieldError]:
             )
         if t.get("tolerationSeconds") is not None and effect != "NoExecute":
             errs.append(
-                _invalid(
+                field.invalid(
                     f"{p}.effect",
                     effect,
                     "effect must be 'NoExecute' when `tolerationSeconds` is set",
@@ -1336,14 +1286,18 @@ def _validate_tolerations(tolerations: Any, path: str) -> list[FieldError]:
         if op in ("Equal", ""):
             msgs = is_valid_label_value(value)
             if msgs:
-                errs.append(_invalid(f"{p}.operator", value, ";".join(msgs)))
+                errs.append(field.invalid(f"{p}.operator", value, ";".join(msgs)))
         elif op == "Exists":
             if value:
                 errs.append(
-                    _invalid(f"{p}.operator", t, "value must be empty when `operator` is 'Exists'")
+                    field.invalid(
+                        f"{p}.operator",
+                        field.struct(t),
+                        "value must be empty when `operator` is 'Exists'",
+                    )
                 )
         else:
-            errs.append(_not_supported(f"{p}.operator", op, ["Equal", "Exists"]))
+            errs.append(field.not_supported(f"{p}.operator", op, ["Equal", "Exists"]))
         if effect:
             errs.extend(_validate_taint_effect(effect, True, f"{p}.effect"))
     return errs
@@ -1351,18 +1305,18 @@ def _validate_tolerations(tolerations: Any, path: str) -> list[FieldError]:
 
 def _validate_taint_effect(effect: str, allow_empty: bool, path: str) -> list[FieldError]:
     if not allow_empty and not effect:
-        return [_required(path)]
+        return [field.required(path)]
     if effect in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
         return []
-    return [_not_supported(path, effect, ["NoSchedule", "PreferNoSchedule", "NoExecute"])]
+    return [field.not_supported(path, effect, ["NoSchedule", "PreferNoSchedule", "NoExecute"])]
 
 
 def _validate_resource_name(name: str, path: str) -> list[FieldError]:
-    errs = [_invalid(path, name, m) for m in is_qualified_name(name)]
+    errs = [field.invalid(path, name, m) for m in is_qualified_name(name)]
     if errs:
         return errs
     if "/" not in name and not (name in _STANDARD_RESOURCES or _is_hugepage_resource(name)):
-        return [_invalid(path, name, "must be a standard resource type or fully qualified")]
+        return [field.invalid(path, name, "must be a standard resource type or fully qualified")]
     return []
 
 
@@ -1370,9 +1324,9 @@ def _validate_container_resource_name(name: str, path: str) -> list[FieldError]:
     errs = _validate_resource_name(name, path)
     if "/" not in name:
         if not (name in _STANDARD_CONTAINER_RESOURCES or _is_hugepage_resource(name)):
-            errs.append(_invalid(path, name, "must be a standard resource for containers"))
+            errs.append(field.invalid(path, name, "must be a standard resource for containers"))
     elif not _is_native_resource(name) and not _is_extended_resource(name):
-        errs.append(_invalid(path, name, "doesn't follow extended resource name standard"))
+        errs.append(field.invalid(path, name, "doesn't follow extended resource name standard"))
     return errs
 
 
@@ -1383,9 +1337,9 @@ def _validate_quantity_value(name: str, raw: Any, path: str) -> list[FieldError]
         return errs
     text = _canonical_quantity_json(raw)
     if value < 0:
-        errs.append(_invalid(path, text, "must be greater than or equal to 0"))
+        errs.append(field.invalid(path, text, "must be greater than or equal to 0"))
     if _is_integer_resource(name) and (value * 1000) % 1000 != 0:
-        errs.append(_invalid(path, text, "must be an integer"))
+        errs.append(field.invalid(path, text, "must be an integer"))
     return errs
 
 
@@ -1412,18 +1366,22 @@ def _validate_resource_requirements(resources: Any, path: str) -> list[FieldErro
             lim_text = _canonical_quantity_json(limits[name])
             if req != lim and not _is_overcommit_allowed(name):
                 errs.append(
-                    _invalid(req_path, req_text, f"must be equal to {name} limit of {lim_text}")
+                    field.invalid(
+                        req_path, req_text, f"must be equal to {name} limit of {lim_text}"
+                    )
                 )
             elif req > lim:
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         req_path,
                         req_text,
                         f"must be less than or equal to {name} limit of {lim_text}",
                     )
                 )
         elif not _is_overcommit_allowed(name):
-            errs.append(_required(lim_path, "Limit must be set for non overcommitable resources"))
+            errs.append(
+                field.required(lim_path, "Limit must be set for non overcommitable resources")
+            )
     return errs
 
 
@@ -1433,17 +1391,17 @@ def _validate_container_common(
     errs: list[FieldError] = []
     name = _str(c.get("name"))
     if not name:
-        errs.append(_required(f"{path}.name"))
+        errs.append(field.required(f"{path}.name"))
     else:
         errs.extend(_validate_dns1123_label(name, f"{path}.name"))
     if not _str(c.get("image")):
-        errs.append(_required(f"{path}.image"))
+        errs.append(field.required(f"{path}.image"))
     policy = _str(c.get("terminationMessagePolicy"))
     if not policy:
-        errs.append(_required(f"{path}.terminationMessagePolicy"))
+        errs.append(field.required(f"{path}.terminationMessagePolicy"))
     elif policy not in ("File", "FallbackToLogsOnError"):
         errs.append(
-            _not_supported(
+            field.not_supported(
                 f"{path}.terminationMessagePolicy", policy, ["File", "FallbackToLogsOnError"]
             )
         )
@@ -1456,32 +1414,34 @@ def _validate_container_common(
         if pname:
             msgs = _is_valid_port_name(pname)
             if msgs:
-                errs.extend(_invalid(f"{p}.name", pname, m) for m in msgs)
+                errs.extend(field.invalid(f"{p}.name", pname, m) for m in msgs)
             elif pname in port_names:
-                errs.append(_duplicate(f"{p}.name", pname))
+                errs.append(field.duplicate(f"{p}.name", pname))
             else:
                 port_names.add(pname)
         cport = port.get("containerPort")
         if not cport:
-            errs.append(_required(f"{p}.containerPort"))
+            errs.append(field.required(f"{p}.containerPort"))
         elif isinstance(cport, int):
-            errs.extend(_invalid(f"{p}.containerPort", cport, m) for m in _is_valid_port_num(cport))
+            errs.extend(
+                field.invalid(f"{p}.containerPort", cport, m) for m in _is_valid_port_num(cport)
+            )
         hport = port.get("hostPort")
         if isinstance(hport, int) and hport != 0:
-            errs.extend(_invalid(f"{p}.hostPort", hport, m) for m in _is_valid_port_num(hport))
+            errs.extend(field.invalid(f"{p}.hostPort", hport, m) for m in _is_valid_port_num(hport))
         proto = _str(port.get("protocol"))
         if not proto:
-            errs.append(_required(f"{p}.protocol"))
+            errs.append(field.required(f"{p}.protocol"))
         elif proto not in ("SCTP", "TCP", "UDP"):
-            errs.append(_not_supported(f"{p}.protocol", proto, ["SCTP", "TCP", "UDP"]))
+            errs.append(field.not_supported(f"{p}.protocol", proto, ["SCTP", "TCP", "UDP"]))
     # env
     for i, raw in enumerate(_list(c.get("env"))):
         ename = _str(_map(raw).get("name"))
         if not ename:
-            errs.append(_required(f"{path}.env[{i}].name"))
+            errs.append(field.required(f"{path}.env[{i}].name"))
         elif any(ord(ch) > 126 or ord(ch) < 32 or ch == "=" for ch in ename):
             errs.append(
-                _invalid(
+                field.invalid(
                     f"{path}.env[{i}].name",
                     ename,
                     "a valid environment variable name must consist only of printable ASCII "
@@ -1495,21 +1455,23 @@ def _validate_container_common(
         p = f"{path}.volumeMounts[{i}]"
         mname = _str(mnt.get("name"))
         if not mname:
-            errs.append(_required(f"{p}.name"))
+            errs.append(field.required(f"{p}.name"))
         if mname not in volumes:
-            errs.append(_not_found(f"{p}.name", mname))
+            errs.append(field.not_found(f"{p}.name", mname))
         mpath = _str(mnt.get("mountPath"))
         if not mpath:
-            errs.append(_required(f"{p}.mountPath"))
+            errs.append(field.required(f"{p}.mountPath"))
         if mpath in mount_points:
-            errs.append(_invalid(f"{p}.mountPath", mpath, "must be unique"))
+            errs.append(field.invalid(f"{p}.mountPath", mpath, "must be unique"))
         mount_points.add(mpath)
     pull = _str(c.get("imagePullPolicy"))
     if not pull:
-        errs.append(_required(f"{path}.imagePullPolicy"))
+        errs.append(field.required(f"{path}.imagePullPolicy"))
     elif pull not in ("Always", "IfNotPresent", "Never"):
         errs.append(
-            _not_supported(f"{path}.imagePullPolicy", pull, ["Always", "IfNotPresent", "Never"])
+            field.not_supported(
+                f"{path}.imagePullPolicy", pull, ["Always", "IfNotPresent", "Never"]
+            )
         )
     errs.extend(_validate_resource_requirements(c.get("resources"), f"{path}.resources"))
     return errs
@@ -1523,9 +1485,9 @@ def _validate_pod_spec(spec: Mapping[str, Any]) -> list[FieldError]:
     for i, raw in enumerate(_list(spec.get("volumes"))):
         vname = _str(_map(raw).get("name"))
         p = f"spec.volumes[{i}].name"
-        verrs = [_required(p)] if not vname else _validate_dns1123_label(vname, p)
+        verrs = [field.required(p)] if not vname else _validate_dns1123_label(vname, p)
         if vname in volumes:
-            verrs.append(_duplicate(p, vname))
+            verrs.append(field.duplicate(p, vname))
         if verrs:
             errs.extend(verrs)
         else:
@@ -1534,7 +1496,7 @@ def _validate_pod_spec(spec: Mapping[str, Any]) -> list[FieldError]:
     containers = _list(spec.get("containers"))
     all_names: set[str] = set()
     if not containers:
-        errs.append(_required("spec.containers"))
+        errs.append(field.required("spec.containers"))
     else:
         for i, raw in enumerate(containers):
             c = _map(raw)
@@ -1542,7 +1504,7 @@ def _validate_pod_spec(spec: Mapping[str, Any]) -> list[FieldError]:
             errs.extend(_validate_container_common(c, volumes, p))
             cname = _str(c.get("name"))
             if cname in all_names:
-                errs.append(_duplicate(f"{p}.name", cname))
+                errs.append(field.duplicate(f"{p}.name", cname))
             else:
                 all_names.add(cname)
         host_ports: set[str] = set()
@@ -1554,7 +1516,7 @@ def _validate_pod_spec(spec: Mapping[str, Any]) -> list[FieldError]:
                     continue
                 key = f"{_str(port.get('hostIP'))}/{_str(port.get('protocol'))}/{hport}"
                 if key in host_ports:
-                    errs.append(_duplicate(f"spec.containers[{ci}].ports[{pi}].hostPort", key))
+                    errs.append(field.duplicate(f"spec.containers[{ci}].ports[{pi}].hostPort", key))
                 else:
                     host_ports.add(key)
     # init containers
@@ -1565,21 +1527,23 @@ def _validate_pod_spec(spec: Mapping[str, Any]) -> list[FieldError]:
         errs.extend(_validate_container_common(c, volumes, p))
         cname = _str(c.get("name"))
         if cname in names:
-            errs.append(_duplicate(f"{p}.name", cname))
+            errs.append(field.duplicate(f"{p}.name", cname))
         elif cname:
             names.add(cname)
     # policies
     restart = _str(spec.get("restartPolicy"))
     if not restart:
-        errs.append(_required("spec.restartPolicy"))
+        errs.append(field.required("spec.restartPolicy"))
     elif restart not in ("Always", "OnFailure", "Never"):
-        errs.append(_not_supported("spec.restartPolicy", restart, ["Always", "OnFailure", "Never"]))
+        errs.append(
+            field.not_supported("spec.restartPolicy", restart, ["Always", "OnFailure", "Never"])
+        )
     dns = _str(spec.get("dnsPolicy"))
     dns_values = ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"]
     if not dns:
-        errs.append(_required("spec.dnsPolicy"))
+        errs.append(field.required("spec.dnsPolicy"))
     elif dns not in dns_values:
-        errs.append(_not_supported("spec.dnsPolicy", dns, dns_values))
+        errs.append(field.not_supported("spec.dnsPolicy", dns, dns_values))
     errs.extend(_validate_labels(spec.get("nodeSelector"), "spec.nodeSelector"))
     # scheduling gates
     seen: set[str] = set()
@@ -1587,16 +1551,16 @@ def _validate_pod_spec(spec: Mapping[str, Any]) -> list[FieldError]:
         gname = _str(_map(raw).get("name"))
         errs.extend(_validate_qualified_name(gname, f"spec.schedulingGates[{i}]"))
         if gname in seen:
-            errs.append(_duplicate(f"spec.schedulingGates[{i}]", gname))
+            errs.append(field.duplicate(f"spec.schedulingGates[{i}]", gname))
         seen.add(gname)
     for fld in ("serviceAccountName", "nodeName"):
         value = _str(spec.get(fld))
         if value:
-            errs.extend(_invalid(f"spec.{fld}", value, m) for m in is_dns1123_subdomain(value))
+            errs.extend(field.invalid(f"spec.{fld}", value, m) for m in is_dns1123_subdomain(value))
     ads = spec.get("activeDeadlineSeconds")
     if isinstance(ads, int) and not isinstance(ads, bool) and not 1 <= ads <= 2**31 - 1:
         errs.append(
-            _invalid(
+            field.invalid(
                 "spec.activeDeadlineSeconds", ads, f"must be between 1 and {2**31 - 1}, inclusive"
             )
         )
@@ -1610,11 +1574,13 @@ def _validate_pod_spec(spec: Mapping[str, Any]) -> list[FieldError]:
         errs.extend(_validate_tolerations(spec.get("tolerations"), "spec.tolerations"))
     pcn = _str(spec.get("priorityClassName"))
     if pcn:
-        errs.extend(_invalid("spec.priorityClassName", pcn, m) for m in is_dns1123_subdomain(pcn))
+        errs.extend(
+            field.invalid("spec.priorityClassName", pcn, m) for m in is_dns1123_subdomain(pcn)
+        )
     policy = spec.get("preemptionPolicy")
     if policy is not None and policy not in ("PreemptLowerPriority", "Never"):
         errs.append(
-            _not_supported("spec.preemptionPolicy", policy, ["Never", "PreemptLowerPriority"])
+            field.not_supported("spec.preemptionPolicy", policy, ["Never", "PreemptLowerPriority"])
         )
     return errs
 
@@ -1623,15 +1589,15 @@ def _validate_container_updates(
     new: list[Any], old: list[Any], path: str
 ) -> tuple[list[FieldError], bool]:
     if len(new) != len(old):
-        return [_forbidden(path, "pod updates may not add or remove containers")], True
+        return [field.forbidden(path, "pod updates may not add or remove containers")], True
     errs: list[FieldError] = []
     for i, c in enumerate(new):
         image = _str(_map(c).get("image"))
         if not image:
-            errs.append(_required(f"{path}[{i}].image"))
+            errs.append(field.required(f"{path}[{i}].image"))
         if image.strip() != image:
             errs.append(
-                _invalid(
+                field.invalid(
                     f"{path}[{i}].image", image, "must not have leading or trailing whitespace"
                 )
             )
@@ -1725,10 +1691,10 @@ class PodStrategy(Strategy):
         spec = _map(obj.get("spec"))
         errs.extend(_validate_pod_spec(spec))
         if _list(spec.get("ephemeralContainers")):
-            errs.append(_forbidden("spec.ephemeralContainers", "cannot be set on create"))
+            errs.append(field.forbidden("spec.ephemeralContainers", "cannot be set on create"))
         if _str(spec.get("nodeName")) and _list(spec.get("schedulingGates")):
             errs.append(
-                _forbidden(
+                field.forbidden(
                     "spec.nodeName", "cannot be set until all schedulingGates have been cleared"
                 )
             )
@@ -1762,7 +1728,7 @@ class PodStrategy(Strategy):
         if new_ads is not None:
             if not isinstance(new_ads, int) or not 0 <= new_ads <= 2**31 - 1:
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         "spec.activeDeadlineSeconds",
                         new_ads,
                         f"must be between 0 and {2**31 - 1}, inclusive",
@@ -1771,7 +1737,7 @@ class PodStrategy(Strategy):
                 return errs
             if isinstance(old_ads, int) and old_ads < new_ads:
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         "spec.activeDeadlineSeconds",
                         new_ads,
                         "must be less than or equal to previous value",
@@ -1780,9 +1746,9 @@ class PodStrategy(Strategy):
                 return errs
         elif old_ads is not None:
             errs.append(
-                _invalid(
+                field.invalid(
                     "spec.activeDeadlineSeconds",
-                    _NIL,
+                    None,
                     "must not update from a positive integer to nil value",
                 )
             )
@@ -1792,7 +1758,7 @@ class PodStrategy(Strategy):
         for t in _list(old_spec.get("tolerations")):
             if _toleration_key(t) not in new_keys:
                 errs.append(
-                    _forbidden(
+                    field.forbidden(
                         "spec.tolerations",
                         "existing toleration can not be modified except its tolerationSeconds",
                     )
@@ -1808,7 +1774,7 @@ class PodStrategy(Strategy):
         for gname, i in added.items():
             if gname not in old_gates:
                 errs.append(
-                    _forbidden(
+                    field.forbidden(
                         f"spec.schedulingGates[{i}].name",
                         f"only deletion is allowed, but found new scheduling gate '{gname}'",
                     )
@@ -1818,7 +1784,7 @@ class PodStrategy(Strategy):
         old_qos = _str(_map(old.get("status")).get("qosClass")) or compute_pod_qos(old)
         if old_qos != compute_pod_qos(new):
             errs.append(
-                _invalid(
+                field.invalid(
                     "metadata", _map(new.get("status")).get("qosClass", ""), "Pod QoS is immutable"
                 )
             )
@@ -1846,7 +1812,7 @@ class PodStrategy(Strategy):
         if _zeroless(munged) != _zeroless(old_spec):
             diff = "\n".join(_json_diff(old_spec, munged))
             errs.append(
-                _forbidden(
+                field.forbidden(
                     "spec",
                     "pod updates may not change fields other than "
                     + ",".join(_UPDATABLE_POD_SPEC_FIELDS)
@@ -1889,11 +1855,11 @@ class PodStrategy(Strategy):
         nominated = _str(status.get("nominatedNodeName"))
         if nominated and nominated != _str(old_status.get("nominatedNodeName")):
             errs.extend(
-                _invalid("status.nominatedNodeName", nominated, m)
+                field.invalid("status.nominatedNodeName", nominated, m)
                 for m in is_dns1123_subdomain(nominated)
             )
         if _str(status.get("qosClass")) != _str(old_status.get("qosClass")):
-            errs.append(_immutable("status.qosClass", _str(status.get("qosClass"))))
+            errs.append(field.immutable("status.qosClass", _str(status.get("qosClass"))))
         restart = _str(_map(old.get("spec")).get("restartPolicy"))
         errs.extend(
             _container_state_transition(
@@ -1915,7 +1881,7 @@ class PodStrategy(Strategy):
             addr = _str(_map(ip).get("ip"))
             if not _is_ip(addr):
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         f"status.podIPs[{i}]",
                         addr,
                         "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
@@ -2041,7 +2007,7 @@ def _container_state_transition(
                 _map(new_m.get("state")).get("terminated"), dict
             ):
                 errs.append(
-                    _forbidden(
+                    field.forbidden(
                         f"{path}[{i}].state", "may not be transitioned to non-terminated state"
                     )
                 )
@@ -2208,20 +2174,6 @@ def _pod_row(pod: Mapping[str, Any], now: datetime) -> JSON:
 # =============================================================================================
 
 
-def _unknown_error(message: str) -> errors.APIError:
-    """A non-Status error reaching ``ErrorToAPIStatus``: 500 with ``StatusReasonUnknown`` ("")."""
-    return errors.APIError(
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "code": 500,
-        }
-    )
-
-
 def bind_pod(pod: dict[str, Any], binding: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """``BindingREST.Create``: validate the Binding, then ``setPodNodeAndMetadata``.
 
@@ -2233,12 +2185,12 @@ def bind_pod(pod: dict[str, Any], binding: Mapping[str, Any], now: datetime) -> 
     errs: list[FieldError] = []
     target_kind = _str(target.get("kind"))
     if target_kind and target_kind != "Node":
-        errs.append(_not_supported("target.kind", target_kind, ["Node", "<empty>"]))
+        errs.append(field.not_supported("target.kind", target_kind, ["Node", "<empty>"]))
     if not _str(target.get("name")):
-        errs.append(_required("target.name"))
+        errs.append(field.required("target.name"))
     if errs:
         message = str(errs[0]) if len(errs) == 1 else "[" + ", ".join(str(e) for e in errs) + "]"
-        raise _unknown_error(message)
+        raise errors.unexpected(message)
     meta = _ensure(pod, "metadata")
     spec = _ensure(pod, "spec")
     name = _str(meta.get("name"))
@@ -2285,7 +2237,8 @@ def _update_pod_condition(status: dict[str, Any], ctype: str, cstatus: str, now:
 
 
 # =============================================================================================
-# Nodes
+# Nodes (pkg/apis/core/v1/defaults.go, core/validation ValidateNode*,
+# pkg/registry/core/node/strategy.go)
 # =============================================================================================
 
 _NODE_INFO_FIELDS: Final = (
@@ -2426,14 +2379,14 @@ def _validate_node_taints(taints: Any, path: str) -> list[FieldError]:
         t = _map(raw)
         p = f"{path}[{i}]"
         key, value, effect = _str(t.get("key")), _str(t.get("value")), _str(t.get("effect"))
-        errs.extend(_invalid(f"{p}.key", key, m) for m in is_qualified_name(key))
+        errs.extend(field.invalid(f"{p}.key", key, m) for m in is_qualified_name(key))
         msgs = is_valid_label_value(value)
         if msgs:
-            errs.append(_invalid(f"{p}.value", value, ";".join(msgs)))
+            errs.append(field.invalid(f"{p}.value", value, ";".join(msgs)))
         errs.extend(_validate_taint_effect(effect, False, f"{p}.effect"))
         if key in seen.get(effect, set()):
             errs.append(
-                FieldError(p, "Duplicate value", t, "taints must be unique by key and effect pair")
+                field.duplicate(p, field.struct(t), "taints must be unique by key and effect pair")
             )
             continue
         seen.setdefault(effect, set()).add(key)
@@ -2465,7 +2418,7 @@ def _validate_node_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> lis
     seen: list[Any] = []
     for i, addr in enumerate(_list(status.get("addresses"))):
         if addr in seen:
-            errs.append(_duplicate(f"status.addresses[{i}]", addr))
+            errs.append(field.duplicate(f"status.addresses[{i}]", field.struct(addr)))
         seen.append(addr)
     spec, old_spec = _map(new.get("spec")), _map(old.get("spec"))
     old_cidrs = _list(old_spec.get("podCIDRs"))
@@ -2473,24 +2426,24 @@ def _validate_node_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> lis
     msg = 'node updates may not change podCIDR except from "" to valid'
     if old_cidrs:
         if len(old_cidrs) != len(new_cidrs):
-            errs.append(_forbidden("spec.podCIDRs", msg))
+            errs.append(field.forbidden("spec.podCIDRs", msg))
         else:
             errs.extend(
-                _forbidden("spec.podCIDRs", msg)
+                field.forbidden("spec.podCIDRs", msg)
                 for a, b in zip(old_cidrs, new_cidrs, strict=True)
                 if a != b
             )
     old_pid = _str(old_spec.get("providerID"))
     if old_pid and old_pid != _str(spec.get("providerID")):
         errs.append(
-            _forbidden(
+            field.forbidden(
                 "spec.providerID", 'node updates may not change providerID except from "" to valid'
             )
         )
     if _list(spec.get("taints")):
         errs.extend(_validate_node_taints(spec.get("taints"), "metadata.taints"))
     if _str(spec.get("externalID")) != _str(old_spec.get("externalID")):
-        errs.append(_forbidden("spec.externalID", "may not be updated"))
+        errs.append(field.forbidden("spec.externalID", "may not be updated"))
     return errs
 
 
@@ -2538,7 +2491,7 @@ def _node_row(node: Mapping[str, Any], now: datetime) -> JSON:
 
 
 # =============================================================================================
-# Namespaces
+# Namespaces (core/validation ValidateNamespace*, pkg/registry/core/namespace/strategy.go)
 # =============================================================================================
 
 
@@ -2606,7 +2559,7 @@ class NamespaceStrategy(Strategy):
         if not _meta(new).get("deletionTimestamp"):
             if phase != "Active":
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         "status.Phase",
                         phase,
                         "may only be 'Active' if `deletionTimestamp` is empty",
@@ -2614,7 +2567,7 @@ class NamespaceStrategy(Strategy):
                 )
         elif phase != "Terminating":
             errs.append(
-                _invalid(
+                field.invalid(
                     "status.Phase",
                     phase,
                     "may only be 'Terminating' if `deletionTimestamp` is not empty",
@@ -2623,26 +2576,15 @@ class NamespaceStrategy(Strategy):
         return errs
 
     def table(self, objs: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
-        columns = [_NAME_COL, _col("Status", "The status of the namespace"), _AGE_COL]
-        rows = [
-            _row(
-                o,
-                [
-                    _str(_meta(o).get("name")),
-                    _str(_map(o.get("status")).get("phase")),
-                    _since(_meta(o).get("creationTimestamp"), now),
-                ],
-            )
-            for o in objs
-        ]
-        return _table(columns, rows)
+        status = _col("Status", "The status of the namespace")
+        return _name_cell_age_table(status, objs, now, lambda o: _map(o.get("status")).get("phase"))
 
 
 def _validate_core_finalizer_name(name: str, path: str) -> list[FieldError]:
-    errs = [_invalid(path, name, m) for m in is_qualified_name(name)]
+    errs = [field.invalid(path, name, m) for m in is_qualified_name(name)]
     if "/" not in name and name not in _STANDARD_FINALIZERS:
         errs.append(
-            _invalid(
+            field.invalid(
                 path, name, "name is neither a standard finalizer name nor is it fully qualified"
             )
         )
@@ -2650,7 +2592,8 @@ def _validate_core_finalizer_name(name: str, path: str) -> list[FieldError]:
 
 
 # =============================================================================================
-# Events
+# Events (pkg/apis/core/validation/events.go, pkg/registry/core/event/strategy.go,
+# pkg/apis/events/v1/conversion.go)
 # =============================================================================================
 
 _CORE_EVENT_FIELDS: Final = (
@@ -2845,12 +2788,11 @@ class EventStrategy(Strategy):
         errs: list[FieldError] = []
         namespace = _str(_meta(ev).get("namespace"))
         involved_ns = _str(_map(ev.get("involvedObject")).get("namespace"))
-        controller_field = "reportingController" if self.strict else "reportingComponent"
         if not ev.get("eventTime"):
             if not involved_ns:
                 if namespace not in ("", "default"):
                     errs.append(
-                        _invalid(
+                        field.invalid(
                             "involvedObject.namespace",
                             involved_ns,
                             "does not match event.namespace",
@@ -2858,47 +2800,53 @@ class EventStrategy(Strategy):
                     )
             elif namespace != involved_ns:
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         "involvedObject.namespace", involved_ns, "does not match event.namespace"
                     )
                 )
         else:
             if not involved_ns and namespace not in ("default", "kube-system"):
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         "involvedObject.namespace", involved_ns, "does not match event.namespace"
                     )
                 )
             controller = _str(ev.get("reportingComponent"))
+            # reported at the request's own field name (kubernetes#111506)
+            controller_field = "reportingController" if self.strict else "reportingComponent"
             if not controller:
-                errs.append(_required(controller_field))
+                errs.append(field.required(controller_field))
             errs.extend(_validate_qualified_name(controller, controller_field))
             instance = _str(ev.get("reportingInstance"))
             if not instance:
-                errs.append(_required("reportingInstance"))
+                errs.append(field.required("reportingInstance"))
             if len(instance) > _REPORTING_LIMIT:
                 errs.append(
-                    _invalid(
+                    field.invalid(
                         "reportingInstance", "", f"can have at most {_REPORTING_LIMIT} characters"
                     )
                 )
             action = _str(ev.get("action"))
             if not action:
-                errs.append(_required("action"))
+                errs.append(field.required("action"))
             if len(action) > _REPORTING_LIMIT:
                 errs.append(
-                    _invalid("action", "", f"can have at most {_REPORTING_LIMIT} characters")
+                    field.invalid("action", "", f"can have at most {_REPORTING_LIMIT} characters")
                 )
             reason = _str(ev.get("reason"))
             if not reason:
-                errs.append(_required("reason"))
+                errs.append(field.required("reason"))
             if len(reason) > _REPORTING_LIMIT:
                 errs.append(
-                    _invalid("reason", "", f"can have at most {_REPORTING_LIMIT} characters")
+                    field.invalid("reason", "", f"can have at most {_REPORTING_LIMIT} characters")
                 )
             if len(_str(ev.get("message"))) > _NOTE_LIMIT:
-                errs.append(_invalid("message", "", f"can have at most {_NOTE_LIMIT} characters"))
-        errs.extend(_invalid("namespace", namespace, m) for m in is_dns1123_subdomain(namespace))
+                errs.append(
+                    field.invalid("message", "", f"can have at most {_NOTE_LIMIT} characters")
+                )
+        errs.extend(
+            field.invalid("namespace", namespace, m) for m in is_dns1123_subdomain(namespace)
+        )
         return errs
 
     @staticmethod
@@ -2909,9 +2857,9 @@ class EventStrategy(Strategy):
         errs: list[FieldError] = []
         count = series.get("count")
         if not isinstance(count, int) or count < 2:
-            errs.append(_invalid("series.count", "", "should be at least 2"))
+            errs.append(field.invalid("series.count", "", "should be at least 2"))
         if not series.get("lastObservedTime"):
-            errs.append(_required("series.lastObservedTime"))
+            errs.append(field.required("series.lastObservedTime"))
         return errs
 
     def validate_create(self, obj: dict[str, Any]) -> list[FieldError]:
@@ -2921,19 +2869,19 @@ class EventStrategy(Strategy):
         errs.extend(_validate_object_meta(obj, self.name_fn, kube=True))
         errs.extend(self._series(obj))
         if not obj.get("eventTime"):
-            errs.append(_required("eventTime"))
+            errs.append(field.required("eventTime"))
         etype = _str(obj.get("type"))
         if etype not in ("Normal", "Warning"):
-            errs.append(_invalid("type", "", f"has invalid value: {etype}"))
+            errs.append(field.invalid("type", "", f"has invalid value: {etype}"))
         if obj.get("firstTimestamp"):
-            errs.append(_invalid("deprecatedFirstTimestamp", "", "needs to be unset"))
+            errs.append(field.invalid("firstTimestamp", "", "needs to be unset"))
         if obj.get("lastTimestamp"):
-            errs.append(_invalid("deprecatedLastTimestamp", "", "needs to be unset"))
+            errs.append(field.invalid("lastTimestamp", "", "needs to be unset"))
         if obj.get("count"):
-            errs.append(_invalid("deprecatedCount", "", "needs to be unset"))
+            errs.append(field.invalid("count", "", "needs to be unset"))
         source = _map(obj.get("source"))
         if source.get("component") or source.get("host"):
-            errs.append(_invalid("deprecatedSource", "", "needs to be unset"))
+            errs.append(field.invalid("source", "", "needs to be unset"))
         return errs
 
     def validate_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
@@ -2961,7 +2909,10 @@ class EventStrategy(Strategy):
         ):
             if _event_field(new, key) != _event_field(old, key):
                 path = {"reportingComponent": "reportingController"}.get(key, key)
-                errs.append(_immutable(path, _event_field(new, key)))
+                value = _event_field(new, key)
+                if isinstance(value, dict):
+                    value = field.struct(value)
+                errs.append(field.immutable(path, value))
         return errs
 
     def validate_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
@@ -3065,7 +3016,7 @@ def _event_row(ev: Mapping[str, Any], now: datetime, original: Mapping[str, Any]
 
 
 # =============================================================================================
-# Leases
+# Leases (pkg/apis/coordination/validation, pkg/registry/coordination/lease/strategy.go)
 # =============================================================================================
 
 
@@ -3108,45 +3059,35 @@ class LeaseStrategy(Strategy):
         return errs
 
     def table(self, objs: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
-        columns = [
-            _NAME_COL,
-            _col(
-                "Holder",
-                "holderIdentity contains the identity of the holder of a current lease. If "
-                "Coordinated Leader Election is used, the holder identity must be equal to the "
-                "elected LeaseCandidate.metadata.name field.",
-            ),
-            _AGE_COL,
-        ]
-        rows = [
-            _row(
-                o,
-                [
-                    _str(_meta(o).get("name")),
-                    _str(_map(o.get("spec")).get("holderIdentity")),
-                    _since(_meta(o).get("creationTimestamp"), now),
-                ],
-            )
-            for o in objs
-        ]
-        return _table(columns, rows)
+        holder = _col(
+            "Holder",
+            "holderIdentity contains the identity of the holder of a current lease. If "
+            "Coordinated Leader Election is used, the holder identity must be equal to the "
+            "elected LeaseCandidate.metadata.name field.",
+        )
+        return _name_cell_age_table(
+            holder, objs, now, lambda o: _map(o.get("spec")).get("holderIdentity")
+        )
 
 
 def _validate_lease_spec(spec: Mapping[str, Any]) -> list[FieldError]:
     errs: list[FieldError] = []
     duration = spec.get("leaseDurationSeconds")
     if isinstance(duration, int) and duration <= 0:
-        errs.append(_invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+        errs.append(field.invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
     transitions = spec.get("leaseTransitions")
     if isinstance(transitions, int) and transitions < 0:
         errs.append(
-            _invalid("spec.leaseTransitions", transitions, "must be greater than or equal to 0")
+            field.invalid(
+                "spec.leaseTransitions", transitions, "must be greater than or equal to 0"
+            )
         )
     return errs
 
 
 # =============================================================================================
-# CustomResourceDefinitions and custom resources
+# CustomResourceDefinitions and custom resources (apiextensions-apiserver
+# pkg/registry/{customresource,customresourcedefinition})
 # =============================================================================================
 
 

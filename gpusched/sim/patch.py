@@ -1,67 +1,21 @@
 """JSON patch, JSON merge patch and strategic merge patch, as kube-apiserver applies them.
 
-Pure functions over JSON-like values (``dict``/``list``/``str``/``int``/``float``/``bool``/
-``None``). Inputs are never mutated: each entry point deep-copies the target and the patch once
-and then works in place on the copies, which keeps the code a line-by-line port of the Go
-originals (they mutate their arguments too).
+Pure functions over JSON values; inputs are never mutated (each entry point deep-copies the
+target and the patch once, then works in place, so the code stays a line-by-line port of the
+Go originals, which mutate their arguments). Ported, quirks included, from evanphx/json-patch
+v4 (``json_merge_patch``, ``json_patch``), apimachinery's ``strategicpatch/patch.go``
+(``strategic_merge_patch``, with the server's options) and apiserver's
+``handlers/patch.go`` (which HTTP status each failure becomes). Each entry point's docstring
+lists the quirks it keeps; ``PatchError`` lists the Status of every failure.
 
-Upstream behaviour followed:
-
-- ``json_merge_patch``: RFC 7386 as implemented by ``gopkg.in/evanphx/json-patch.v4``
-  ``MergePatch`` (v4.12, vendored by kubernetes). Its deviations from the RFC are kept: a
-  ``null`` inside a newly added subtree is pruned from objects but kept as an array element; a
-  patch value that is not an object replaces the target value as is (its nested nulls are not
-  pruned when the target value is an object).
-- ``json_patch``: RFC 6902 as implemented by ``evanphx/json-patch.v4`` ``Patch.Apply``, quirks
-  included: negative array indices count from the end, ``replace`` of a missing *object* key adds
-  it, ``copy`` from a missing object key copies ``null``, a path without a leading ``/`` drops
-  its first segment, ``~0``/``~1`` are decoded, other ``~`` sequences are left alone, ``test``
-  compares scalars with their JSON type (``1`` is not ``1.0``).
-- ``strategic_merge_patch``: ``k8s.io/apimachinery/pkg/util/strategicpatch/patch.go``
-  ``StrategicMergeMapPatch`` with the server-side options (``MergeParallelList`` and
-  ``IgnoreUnmatchedNulls``): ``$patch: replace|delete`` in maps and list items (``$patch: merge``
-  is rejected, as upstream), ``$retainKeys``, ``$deleteFromPrimitiveList/<field>``,
-  ``$setElementOrder/<field>``, merge lists ordered by ``normalizeElementOrder`` /
-  ``mergeSortedSlice`` (patch order first, server-only items interleaved by live order),
-  ``null`` deleting a key. The Go struct tags it needs are in ``PATCH_STRATEGIES``, read from
-  ``k8s.io/api`` ``core/v1/types.go`` (Pod, Node, Namespace), ``meta/v1/types.go`` (ObjectMeta)
-  and the Event, Lease, Binding, ConfigMap, Secret and CustomResourceDefinition types (which
-  have no merge lists outside ObjectMeta). A field missing from the table is a map field or an
-  atomic list, which is what the tags say for every other field of these kinds.
-- ``k8s.io/apiserver/pkg/endpoints/handlers/patch.go``: which HTTP status each failure becomes.
-
-Errors: every failure raises ``PatchError`` carrying the Status the real server returns
-(``code``, ``reason``, ``message``, optional ``details``; ``to_status()`` builds the body):
-
-==================================================  ====  =====================  ==============
-Failure                                             code  reason                 message
-==================================================  ====  =====================  ==============
-JSON patch body not a list of objects               400   BadRequest             Go json error
-JSON patch with more than 10000 operations          413   RequestEntityTooLarge  "Request ..."
-JSON patch operation fails (test, path, index, op)  422   Invalid                generic (1)
-JSON merge patch body ``null`` or a scalar          400   BadRequest             "Invalid JSON
-                                                                                 Patch"
-Patched document is an array, not an object         422   Invalid                decode (2)
-Strategic merge patch for a custom resource kind    415   UnsupportedMediaType   media types
-Strategic merge patch body not an object            400   BadRequest             Go json error
-Malformed ``$deleteFromPrimitiveList``,             400   BadRequest             mergepatch
-``$retainKeys`` or ``$setElementOrder``                                          error text
-Strategic merge of a list of lists                  422   Invalid                generic (1)
-Other strategic merge failures (missing merge key,  500   "" (Unknown)           Go error text
-unknown ``$patch``, mixed element types...)
-==================================================  ====  =====================  ==============
-
-(1) ``NewGenericServerResponse(422, ...)``: the message is always "the server rejected our
-request due to an error in our request", ``details`` is ``{}``; the underlying library text is
-not sent to the client (it is kept in ``PatchError.cause`` for logs).
-(2) ``errors.NewInvalid`` around the JSON decoder's complaint, with a ``patch`` field cause.
-
-What this module cannot reproduce without the full Go type schema (the caller's job): dropping
-unknown fields and turning ``null`` into zero values when the result is decoded into the typed
-object (e.g. a strategic patch adding ``{"labels": {"a": null}}`` to an object without labels
-yields label ``a: ""`` on a real server), and the "unable to find api field" error for fields
-not in the type. Directive keys that a Go patch would leave inside a newly inserted value are
+What needs the full Go type schema is the caller's: dropping unknown fields and turning
+``null`` into zero values when the result is decoded into the typed object (a strategic patch
+adding ``{"labels": {"a": null}}`` yields label ``a: ""`` on a real server), and the "unable to
+find api field" error. Directive keys a Go patch would leave inside a newly inserted value are
 removed from the result, since the typed decode drops them.
+
+Cost: linear in the target and the patch, except strategic merge lists, where each patch item
+is found by a scan of the list (quadratic in its length, as upstream).
 """
 
 from __future__ import annotations
@@ -70,10 +24,12 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from gpusched.sim import field
 from gpusched.sim.apimachinery import GO_MAP_TYPE as _MAP_TYPE
 from gpusched.sim.apimachinery import GO_SLICE_TYPE as _SLICE_TYPE
 from gpusched.sim.apimachinery import go_quote, go_sprint
 from gpusched.sim.apimachinery import go_type as _go_type
+from gpusched.sim.errors import invalid_status
 
 __all__ = [
     "PATCH_STRATEGIES",
@@ -94,7 +50,30 @@ SMP_UNSUPPORTED_MESSAGE: Final = (
 
 
 class PatchError(ValueError):
-    """A patch the real server rejects, with the Status it answers (see the module table)."""
+    """A patch the real server rejects, with the Status it answers (``to_status()``):
+
+    ==================================================  ====  =====================  ==========
+    Failure                                             code  reason                 message
+    ==================================================  ====  =====================  ==========
+    JSON patch body not a list of objects               400   BadRequest             Go json
+    JSON patch with more than 10000 operations          413   RequestEntityTooLarge  "Request"
+    JSON patch operation fails (test, path, index, op)  422   Invalid                generic (1)
+    JSON merge patch body ``null`` or a scalar          400   BadRequest             "Invalid
+                                                                                     JSON Patch"
+    Patched document is an array, not an object         422   Invalid                decode (2)
+    Strategic merge patch for a custom resource kind    415   UnsupportedMediaType   media types
+    Strategic merge patch body not an object            400   BadRequest             Go json
+    Malformed ``$deleteFromPrimitiveList``,             400   BadRequest             mergepatch
+    ``$retainKeys`` or ``$setElementOrder``                                          error text
+    Strategic merge of a list of lists                  422   Invalid                generic (1)
+    Other strategic merge failures (missing merge key,  500   "" (Unknown)           Go error
+    unknown ``$patch``, mixed element types...)
+    ==================================================  ====  =====================  ==========
+
+    (1) ``NewGenericServerResponse(422, ...)``: always "the server rejected our request due to
+    an error in our request" with ``details`` ``{}``; the library's text stays in ``cause``.
+    (2) ``errors.NewInvalid`` around the JSON decoder's complaint, with a ``patch`` cause.
+    """
 
     def __init__(
         self,
@@ -198,13 +177,8 @@ def _not_an_object(result: Any) -> PatchError:
         "couldn't get version/kind; json parse error: json: cannot unmarshal "
         f"{_json_kind(result)} into Go value of type {_FIND_KIND_TYPE}"
     )
-    body = f"Invalid value: {go_quote(_raw_json(result))}: {detail}"
-    return PatchError(
-        422,
-        "Invalid",
-        f' "" is invalid: patch: {body}',
-        details={"causes": [{"reason": "FieldValueInvalid", "message": body, "field": "patch"}]},
-    )
+    status = invalid_status("", "", "", [field.invalid("patch", _raw_json(result), detail)])
+    return PatchError(422, "Invalid", status["message"], details=status["details"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,6 +216,11 @@ def _merge_docs(doc: dict[str, Any], patch: Mapping[str, Any]) -> None:
 
 def json_merge_patch(target: Mapping[str, Any], patch: Any) -> dict[str, Any]:
     """Apply an ``application/merge-patch+json`` body to ``target`` (RFC 7386, evanphx flavour).
+
+    evanphx/json-patch v4.12 ``MergePatch``'s deviations from the RFC are kept: a ``null``
+    inside a newly added subtree is pruned from objects but kept as an array element; a patch
+    value that is not an object replaces the target value as is (its nested nulls are not
+    pruned when the target value is an object).
 
     Raises ``PatchError`` 400 for a ``null`` or scalar body and 422 for an array body (whose
     result is an array, which the server cannot decode into an object).
@@ -383,14 +362,21 @@ def _find_object(root: Any, path: str) -> tuple[dict[str, Any] | list[Any] | Non
     return doc, _decode_pointer_token(split[-1])
 
 
-def _op_string(op: Mapping[str, Any], name: str, missing: str) -> str:
-    """``Operation.Path``/``From``: the field as a string, or ``_OpError``."""
-    value = op.get(name)
+def _decode(op: Mapping[str, Any], name: str, key: str, detail: str = "") -> str:
+    """``Operation.Path``/``From`` as a string; a missing or non-string one fails as
+    evanphx/json-patch words it: ``<name> operation failed to decode <key>: <detail>``, the
+    detail being the decoding error unless given."""
+    value = op.get(key)
     if value is None:
-        raise _OpError(f"{missing}: missing value")
-    if not isinstance(value, str):
-        raise _OpError(f"json: cannot unmarshal {_json_kind(value)} into Go value of type string")
-    return value
+        missing = (
+            "operation missing path field" if key == "path" else "operation, missing from field"
+        )
+        err = f"{missing}: missing value"
+    elif not isinstance(value, str):
+        err = f"json: cannot unmarshal {_json_kind(value)} into Go value of type string"
+    else:
+        return value
+    raise _OpError(f"{name} operation failed to decode {key}: {detail or err}")
 
 
 def _json_equal(doc_value: Any, op_value: Any) -> bool:
@@ -427,10 +413,7 @@ class _JSONPatcher:
         return _find_object(self.root[0], path)
 
     def add(self, op: Mapping[str, Any]) -> None:
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError:
-            raise _OpError("add operation failed to decode path: missing value") from None
+        path = _decode(op, "add", "path", "missing value")
         con, key = self.find(path)
         if con is None:
             raise _OpError(
@@ -442,10 +425,7 @@ class _JSONPatcher:
             raise _OpError(f"error in add for path: '{path}': {err}") from None
 
     def remove(self, op: Mapping[str, Any]) -> None:
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError:
-            raise _OpError("remove operation failed to decode path: missing value") from None
+        path = _decode(op, "remove", "path", "missing value")
         con, key = self.find(path)
         if con is None:
             raise _OpError(
@@ -457,10 +437,7 @@ class _JSONPatcher:
             raise _OpError(f"error in remove for path: '{path}': {err}") from None
 
     def replace(self, op: Mapping[str, Any]) -> None:
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError as err:
-            raise _OpError(f"replace operation failed to decode path: {err}") from None
+        path = _decode(op, "replace", "path")
         value = op.get("value")
         if path == "":
             if not isinstance(value, dict | list):
@@ -485,10 +462,7 @@ class _JSONPatcher:
             raise _OpError(f"error in remove for path: '{path}': {err}") from None
 
     def move(self, op: Mapping[str, Any]) -> None:
-        try:
-            from_path = _op_string(op, "from", "operation, missing from field")
-        except _OpError as err:
-            raise _OpError(f"move operation failed to decode from: {err}") from None
+        from_path = _decode(op, "move", "from")
         con, key = self.find(from_path)
         if con is None:
             raise _OpError(
@@ -500,10 +474,7 @@ class _JSONPatcher:
             _container_remove(con, key)
         except _OpError as err:
             raise _OpError(f"error in move for path: '{key}': {err}") from None
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError as err:
-            raise _OpError(f"move operation failed to decode path: {err}") from None
+        path = _decode(op, "move", "path")
         con, key = self.find(path)
         if con is None:
             raise _OpError(
@@ -516,10 +487,7 @@ class _JSONPatcher:
             raise _OpError(f"error in move for path: '{path}': {err}") from None
 
     def test(self, op: Mapping[str, Any]) -> None:
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError as err:
-            raise _OpError(f"test operation failed to decode path: {err}") from None
+        path = _decode(op, "test", "path")
         expected = op.get("value", _MISSING)
         failed = _OpError(f"testing value {path} failed: test failed")
         if path == "":
@@ -541,10 +509,7 @@ class _JSONPatcher:
             raise failed
 
     def copy(self, op: Mapping[str, Any]) -> None:
-        try:
-            from_path = _op_string(op, "from", "operation, missing from field")
-        except _OpError as err:
-            raise _OpError(f"copy operation failed to decode from: {err}") from None
+        from_path = _decode(op, "copy", "from")
         con, key = self.find(from_path)
         if con is None:
             raise _OpError(
@@ -555,10 +520,7 @@ class _JSONPatcher:
             value = _container_get(con, key)
         except _OpError as err:
             raise _OpError(f"error in copy for from: '{from_path}': {err}") from None
-        try:
-            path = _op_string(op, "path", "operation missing path field")
-        except _OpError:
-            raise _OpError("copy operation failed to decode path: missing value") from None
+        path = _decode(op, "copy", "path", "missing value")
         con, key = self.find(path)
         if con is None:
             raise _OpError(
@@ -583,6 +545,12 @@ _OPERATIONS: Final[dict[str, Callable[[_JSONPatcher, Mapping[str, Any]], None]]]
 
 def json_patch(target: Mapping[str, Any], operations: Any) -> dict[str, Any]:
     """Apply an ``application/json-patch+json`` body (RFC 6902, evanphx flavour) to ``target``.
+
+    evanphx/json-patch v4 ``Patch.Apply``'s quirks are kept: negative array indices count from
+    the end, ``replace`` of a missing *object* key adds it, ``copy`` from a missing object key
+    copies ``null``, a path without a leading ``/`` drops its first segment, ``~0``/``~1`` are
+    decoded and other ``~`` sequences left alone, ``test`` compares scalars with their JSON
+    type (``1`` is not ``1.0``).
 
     ``operations`` is the decoded body: a list of operation objects (``None``, JSON ``null``,
     is an empty patch, as in Go). Raises ``PatchError``: 400 when the body is not a list of
@@ -1166,6 +1134,15 @@ def _strip_directives(value: Any) -> None:
 
 def strategic_merge_patch(target: Mapping[str, Any], patch: Any, kind: str) -> dict[str, Any]:
     """Apply an ``application/strategic-merge-patch+json`` body to a ``kind`` object.
+
+    ``StrategicMergeMapPatch`` with the server-side options (``MergeParallelList``,
+    ``IgnoreUnmatchedNulls``): ``$patch: replace|delete`` in maps and list items (``$patch:
+    merge`` is rejected, as upstream), ``$retainKeys``, ``$deleteFromPrimitiveList/<field>``,
+    ``$setElementOrder/<field>``, merge lists ordered by ``normalizeElementOrder`` /
+    ``mergeSortedSlice`` (patch order first, server-only items interleaved by live order),
+    ``null`` deleting a key. The struct tags it needs are in ``PATCH_STRATEGIES`` (from
+    ``k8s.io/api``); a field missing there is a map or an atomic list, as the tags say for
+    every other field of these kinds.
 
     Raises ``PatchError``: 415 for kinds without Go types (custom resources), 400 for a body that
     is not an object or malformed directives, 422 or 500 as the module table says.

@@ -33,6 +33,7 @@ import yaml
 
 from gpusched.sim import crd as crdlib
 from gpusched.sim import errors, kinds
+from gpusched.sim import field as fieldlib
 from gpusched.sim import patch as patchlib
 from gpusched.sim.selectors import (
     FieldSelector,
@@ -380,7 +381,7 @@ class Registry:
                 out[k] = v
         return out
 
-    def _validate(self, res: Resource, errs: list[errors.FieldError], name: str) -> None:
+    def _validate(self, res: Resource, errs: list[fieldlib.FieldError], name: str) -> None:
         if errs:
             raise errors.invalid(res.kind, res.group, name, errs)
 
@@ -416,14 +417,7 @@ class Registry:
                     res.kind,
                     res.group,
                     "",
-                    [
-                        errors.FieldError(
-                            "metadata.name",
-                            "Required value",
-                            None,
-                            "name or generateName is required",
-                        )
-                    ],
+                    [fieldlib.required("metadata.name", "name or generateName is required")],
                 )
             name = prefix + "".join(random.choices(_GENERATE_ALPHABET, k=5))
             meta["name"] = name
@@ -526,10 +520,10 @@ class Registry:
                 "specifying resource version is not allowed when using continue"
             )
         if resource_version_match not in ("", "NotOlderThan", "Exact"):
-            raise errors.bad_request(
-                f'resourceVersionMatch: Unsupported value: "{resource_version_match}": supported '
-                'values: "Exact", "NotOlderThan"'
+            unsupported = fieldlib.not_supported(
+                "resourceVersionMatch", resource_version_match, ["Exact", "NotOlderThan"]
             )
+            raise errors.bad_request(str(unsupported))
         storage = self.storage_of(res)
         current = self.store.rv
         state = storage.objects
@@ -624,10 +618,8 @@ class Registry:
                     "meta.k8s.io",
                     "",
                     [
-                        errors.FieldError(
+                        fieldlib.forbidden(
                             "allowWatchBookmarks",
-                            "Forbidden",
-                            None,
                             "allowWatchBookmarks required when sendInitialEvents is set",
                         )
                     ],
@@ -638,10 +630,8 @@ class Registry:
                     "meta.k8s.io",
                     "",
                     [
-                        errors.FieldError(
+                        fieldlib.forbidden(
                             "resourceVersionMatch",
-                            "Forbidden",
-                            None,
                             "sendInitialEvents requires setting resourceVersionMatch to "
                             "NotOlderThan",
                         )
@@ -653,10 +643,8 @@ class Registry:
                 "meta.k8s.io",
                 "",
                 [
-                    errors.FieldError(
+                    fieldlib.forbidden(
                         "resourceVersionMatch",
-                        "Forbidden",
-                        None,
                         "resourceVersionMatch is forbidden for watch unless sendInitialEvents "
                         "is provided",
                     )
@@ -747,10 +735,9 @@ class Registry:
                 res.group,
                 name,
                 [
-                    errors.FieldError(
+                    fieldlib.invalid(
                         "metadata.resourceVersion",
-                        "Invalid value",
-                        errors.GoHex(0),
+                        fieldlib.Printed("0x0"),  # uint64 0 as %#v prints it
                         "must be specified for an update",
                     )
                 ],
@@ -995,11 +982,10 @@ class Registry:
                 "",
                 "",
                 [
-                    errors.FieldError(
+                    fieldlib.not_supported(
                         "propagationPolicy",
-                        "Unsupported value",
                         propagation,
-                        'supported values: "Foreground", "Background", "Orphan", "nil"',
+                        ["Foreground", "Background", "Orphan", "nil"],
                     )
                 ],
             )
@@ -1292,7 +1278,7 @@ class Registry:
             obj, res.schema, kind=res.kind, api_version=res.api_version
         )
         if errs:
-            raise errors.APIError(crdlib.invalid_status(res.kind, res.group, name, errs))
+            raise errors.invalid(res.kind, res.group, name, errs)
 
     def background(self) -> None:
         """What the controllers do after a request: GC, establishing new CRDs."""

@@ -1,39 +1,24 @@
 """Label and field selectors, parsed and matched exactly as kube-apiserver does.
 
-Pure functions and frozen value objects: no I/O, no aiohttp. The simulated API server parses the
-``labelSelector`` / ``fieldSelector`` query parameters once per request (or once per watch) and
-then calls ``matches`` for every object and every watch event, so parsing builds a small tuple of
-precompiled checks and ``matches`` is a single loop over it: O(number of requirements), no
-allocation.
+Pure functions and frozen value objects. The server parses ``labelSelector`` /
+``fieldSelector`` once per request or watch, then calls ``matches`` for every object and watch
+event: parsing builds a tuple of precompiled checks, so ``matches`` is one loop over it,
+O(requirements), allocation-free.
 
-Upstream behaviour followed (kubernetes/kubernetes, staging/src/k8s.io/apimachinery):
+Followed from apimachinery: ``pkg/labels/selector.go`` (the lexer and recursive-descent parser
+with its context-sensitive ``in``/``notin``, the ``()``/``(,)`` rules and every ``found '...',
+expected: ...`` message; ``NewRequirement``; ``Matches``, ``gt``/``lt`` on base-10 int64; set
+values sorted and deduplicated); ``pkg/util/validation`` in its v1.32 wording (as the kubectl
+v1.32 used here prints it); ``LabelSelectorAsSelector`` (``None`` selects nothing, ``{}``
+everything); ``pkg/fields/selector.go`` (terms split on unescaped commas and sorted, the first
+``!=``/``==``/``=`` splits a term, ``\\\\``, ``\\,``, ``\\=`` unescaped, a missing field reads
+``""``); and the field-label conversions of ``pkg/apis/core/v1/conversion.go`` (``field label
+not supported: X``, or ``"X" is not a known field selector: only "metadata.name",
+"metadata.namespace"`` for kinds without one).
 
-- ``pkg/labels/selector.go``: the label selector lexer (``Lexer``), the recursive-descent
-  ``Parser`` (including its context-sensitive treatment of ``in``/``notin`` as identifiers, the
-  ``()``/``(,)`` empty-value rules, and every ``found '...', expected: ...`` message),
-  ``NewRequirement`` validation and ``Requirement.Matches`` (``gt``/``lt`` compare base-10 int64).
-  Values of set-based requirements are sorted and de-duplicated, as ``sets.String.List()`` does.
-- ``pkg/util/validation/validation.go`` (v1.32 wording): ``IsQualifiedName`` for keys,
-  ``IsValidLabelValue`` for values, ``IsDNS1123Subdomain`` for key prefixes. Newer releases moved
-  these to ``pkg/api/validate/content`` and reworded two messages ("a valid label key",
-  "must be no more than 63 bytes"); the v1.32 texts are kept to match the kubectl v1.32 used here.
-- ``pkg/util/validation/field`` and ``pkg/util/errors``: how a ``field.Error`` prints
-  (``<path>: Invalid value: "<value>": <detail>``, the path of a bare key being ``<nil>``) and how
-  several errors aggregate (``[a, b]``, duplicates dropped).
-- ``pkg/apis/meta/v1/helpers.go`` ``LabelSelectorAsSelector``: a ``metav1.LabelSelector`` object
-  (``None`` selects nothing, ``{}`` selects everything).
-- ``pkg/fields/selector.go``: ``ParseSelector`` (terms split on unescaped commas, sorted, the
-  first ``!=``/``==``/``=`` splits a term, values unescaped with ``\\\\``, ``\\,``, ``\\=``),
-  ``Transform`` and ``Fields.Get`` (a missing field reads as ``""``).
-- ``pkg/runtime/scheme.go`` / ``pkg/apis/core/v1/conversion.go``: the field-label conversion that
-  rejects unsupported fields (``field label not supported: X`` for kinds with a registered
-  conversion, ``"X" is not a known field selector: only "metadata.name", "metadata.namespace"``
-  for the others).
-
-Errors: every parse problem raises ``SelectorError``, a ``ValueError`` whose message is exactly
-what kube-apiserver puts in the ``message`` of its ``400 BadRequest`` Status for a bad
-``labelSelector``/``fieldSelector`` query parameter (``handlers/get.go`` wraps the parse error
-with ``errors.NewBadRequest(err.Error())``; no prefix is added).
+Every parse problem raises ``SelectorError``, whose message is exactly the ``message`` of the
+server's ``400 BadRequest`` (``handlers/get.go`` adds no prefix); field errors among them are
+:mod:`gpusched.sim.field` errors.
 """
 
 from __future__ import annotations
@@ -44,8 +29,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpusched.sim import field
 from gpusched.sim.apimachinery import (
-    aggregate,
     go_quote,
     go_string_slice,
     is_qualified_name,
@@ -72,25 +57,15 @@ class SelectorError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------
-# field.Error formatting (strconv.Quote, Aggregate: gpusched.sim.apimachinery)
-# --------------------------------------------------------------------------------------------
-
-
-def _invalid(path: str, bad_value: str, detail: str) -> str:
-    """``field.Invalid(path, value, detail).Error()``; ``bad_value`` is already formatted."""
-    return f"{path}: Invalid value: {bad_value}: {detail}"
-
-
-# --------------------------------------------------------------------------------------------
 # Key and value validation: gpusched.sim.apimachinery (pkg/util/validation, v1.32 wording)
 # --------------------------------------------------------------------------------------------
 
 
-def _key_error(key: str, path: str) -> str | None:
+def _key_error(key: str, path: field.Path) -> field.FieldError | None:
     """``labels.validateLabelKey``: one ``field.Invalid`` with the messages joined by ``; ``."""
     errs = is_qualified_name(key)
     if errs:
-        return _invalid(path, go_quote(key), "; ".join(errs))
+        return field.invalid(path, key, "; ".join(errs))
     return None
 
 
@@ -134,6 +109,7 @@ _BINARY_OPERATOR_LIST: Final = (
     LESS_THAN,
 )
 _BINARY_OPERATORS: Final = ", ".join(_BINARY_OPERATOR_LIST)
+_OPERATORS: Final = (*_BINARY_OPERATOR_LIST, EXISTS, DOES_NOT_EXIST)
 
 # Precompiled check codes used by LabelSelector.matches.
 _M_IN: Final = 0  # In, =, ==: key present and value in set
@@ -187,64 +163,38 @@ def _new_requirement(
     key: str, op: str, values: Sequence[str] | None, *, validate_key: bool = True
 ) -> LabelRequirement:
     """``labels.NewRequirement``: validates and returns, or raises with the aggregated errors."""
-    errs: list[str] = []
+    errs: list[field.FieldError] = []
     if validate_key and (err := _key_error(key, "key")) is not None:
         errs.append(err)
     vals = list(values) if values is not None else []
-    if op in (IN, NOT_IN):
-        if not vals:
-            errs.append(
-                _invalid(
-                    "values",
-                    go_string_slice(values),
-                    "for 'in', 'notin' operators, values set can't be empty",
-                )
-            )
-    elif op in (EQUALS, DOUBLE_EQUALS, NOT_EQUALS):
-        if len(vals) != 1:
-            errs.append(
-                _invalid(
-                    "values",
-                    go_string_slice(values),
-                    "exact-match compatibility requires one single value",
-                )
-            )
-    elif op in (EXISTS, DOES_NOT_EXIST):
-        if vals:
-            errs.append(
-                _invalid(
-                    "values",
-                    go_string_slice(values),
-                    "values set must be empty for exists and does not exist",
-                )
-            )
-    elif op in (GREATER_THAN, LESS_THAN):
-        if len(vals) != 1:
-            errs.append(
-                _invalid(
-                    "values",
-                    go_string_slice(values),
-                    "for 'Gt', 'Lt' operators, exactly one value is required",
-                )
-            )
+    # NewRequirement's rule on the number of values, by operator.
+    count_error = ""
+    if op in (IN, NOT_IN) and not vals:
+        count_error = "for 'in', 'notin' operators, values set can't be empty"
+    elif op in (EQUALS, DOUBLE_EQUALS, NOT_EQUALS) and len(vals) != 1:
+        count_error = "exact-match compatibility requires one single value"
+    elif op in (EXISTS, DOES_NOT_EXIST) and vals:
+        count_error = "values set must be empty for exists and does not exist"
+    elif op in (GREATER_THAN, LESS_THAN) and len(vals) != 1:
+        count_error = "for 'Gt', 'Lt' operators, exactly one value is required"
+    if count_error:
+        errs.append(field.invalid("values", field.Printed(go_string_slice(values)), count_error))
+    if op in (GREATER_THAN, LESS_THAN):
         for i, v in enumerate(vals):
             if _parse_int64(v) is None:
                 errs.append(
-                    _invalid(
-                        f"values[{i}]",
-                        go_quote(v),
-                        "for 'Gt', 'Lt' operators, the value must be an integer",
+                    field.invalid(
+                        f"values[{i}]", v, "for 'Gt', 'Lt' operators, the value must be an integer"
                     )
                 )
-    else:  # unreachable from the parser; kept for parity with NewRequirement
-        supported = ", ".join(go_quote(o) for o in (*_BINARY_OPERATOR_LIST, EXISTS, DOES_NOT_EXIST))
-        errs.append(f"operator: Unsupported value: {go_quote(op)}: supported values: {supported}")
+    elif op not in _OPERATORS:  # unreachable from the parser; kept for parity with upstream
+        errs.append(field.not_supported("operator", op, _OPERATORS))
     for i, v in enumerate(vals):
         value_errs = is_valid_label_value(v)
         if value_errs:
-            errs.append(_invalid(f"values[{i}][{key}]", go_quote(v), "; ".join(value_errs)))
+            errs.append(field.invalid(f"values[{i}][{key}]", v, "; ".join(value_errs)))
     if errs:
-        raise SelectorError(aggregate(errs))
+        raise SelectorError(field.aggregate_errors(errs))
     return LabelRequirement(key, op, tuple(vals))
 
 
@@ -452,8 +402,8 @@ class _LabelParser:
             tok, key = self.consume(True)
         if tok != _T_ID:
             raise SelectorError(f"found '{key}', expected: identifier")
-        if (err := _key_error(key, "<nil>")) is not None:
-            raise SelectorError(err)
+        if (err := _key_error(key, None)) is not None:
+            raise SelectorError(str(err))
         if self.lookahead(True)[0] in (_T_EOS, _T_COMMA) and operator != DOES_NOT_EXIST:
             operator = EXISTS
         if operator in (EXISTS, DOES_NOT_EXIST):

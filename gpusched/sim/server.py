@@ -67,6 +67,13 @@ class _Route:
     watch_path: bool
 
 
+def _is_named_check(path: str) -> bool:
+    """``/healthz/<check>`` (likewise livez, readyz): each check has its own handler; the bare
+    ``/healthz/`` has none and is 404 like any unknown path."""
+    root, _, name = path.partition("/")[2].partition("/")
+    return f"/{root}" in _HEALTH and name != ""
+
+
 def _json_response(
     body: bytes | dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
@@ -190,7 +197,7 @@ class APIServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
         path = request.path
-        if path in _HEALTH or path.startswith(("/healthz/", "/livez/", "/readyz/")):
+        if path in _HEALTH or _is_named_check(path):
             return web.Response(text="ok", content_type="text/plain")
         auth = request.headers.get("Authorization", "")
         if auth != f"Bearer {self.token}":
@@ -198,9 +205,11 @@ class APIServer:
         if self.faults.latency:
             await asyncio.sleep(self.faults.latency)
         try:
-            if path == "/version":
+            # go-restful (TrimRightSlashEnabled) serves /version, /api and /api/v1 with a
+            # trailing slash too; /apis/ is registered on its own (UnlistedHandle).
+            if path in ("/version", "/version/"):
                 return _json_response(self._version())
-            if path == "/api":
+            if path in ("/api", "/api/"):
                 return _json_response(
                     {
                         "kind": "APIVersions",
@@ -210,9 +219,9 @@ class APIServer:
                         ],
                     }
                 )
-            if path == "/apis":
+            if path in ("/apis", "/apis/"):
                 return _json_response(self._group_list())
-            if path.startswith("/openapi/v3"):
+            if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
                 return self._openapi(path)
             parts = path.strip("/").split("/")
             if len(parts) == 2 and parts[0] == "apis":
@@ -244,17 +253,19 @@ class APIServer:
                 asyncio.get_running_loop().call_soon(self.registry.background)
 
     def _openapi(self, path: str) -> web.Response:
-        rest = path[len("/openapi/v3") :].strip("/")
-        if not rest:
+        """kube-openapi's handler3: ``/openapi/v3`` is the index, ``/openapi/v3/<gv>`` a
+        document; a ``<gv>`` it does not know (``""`` for ``/openapi/v3/``, or one with a
+        trailing slash) gets an empty 200, as ``HandleGroupVersion`` returns without writing."""
+        if path == "/openapi/v3":
             return _json_response(openapi.index(self.registry))
-        parts = rest.split("/")
+        parts = path[len("/openapi/v3/") :].split("/")
         doc = None
         if parts[0] == "api" and len(parts) == 2:
             doc = openapi.group_version_document(self.registry, "", parts[1])
         elif parts[0] == "apis" and len(parts) == 3:
             doc = openapi.group_version_document(self.registry, parts[1], parts[2])
         if doc is None:
-            return _json_response(_NOT_FOUND_PATH, 404)
+            return web.Response(headers={"Vary": "Accept"})
         return _json_response(doc)
 
     def _version(self) -> dict[str, Any]:
@@ -368,19 +379,12 @@ class APIServer:
                 raise errors.method_not_allowed()
             body = await _read_body(request)
             entry = registry.create(res, ns, body, dry_run=dry_run, strict=strict)
-            return web.Response(
-                body=entry.raw, status=201, content_type=_JSON, headers=self._warnings()
-            )
+            return self._written(entry, created=True)
         if verb == "update":
             body = await _read_body(request)
             sub = "" if route.subresource == "finalize" else route.subresource
             entry, created = registry.update(res, ns, route.name, body, sub, dry_run, strict)
-            return web.Response(
-                body=entry.raw,
-                status=201 if created else 200,
-                content_type=_JSON,
-                headers=self._warnings(),
-            )
+            return self._written(entry, created)
         if verb == "patch":
             raw = await request.read()
             entry, created = registry.patch(
@@ -393,12 +397,7 @@ class APIServer:
                 dry_run,
                 strict,
             )
-            return web.Response(
-                body=entry.raw,
-                status=201 if created else 200,
-                content_type=_JSON,
-                headers=self._warnings(),
-            )
+            return self._written(entry, created)
         if verb == "delete":
             options = await _delete_options(request)
             deleted = registry.delete(
@@ -424,6 +423,15 @@ class APIServer:
             )
             return web.Response(body=_encode_list(deleted_list), content_type=_JSON)
         raise errors.method_not_allowed()
+
+    def _written(self, entry: Entry, created: bool) -> web.Response:
+        """The object a write stored: 201 when it created it, with the request's warnings."""
+        return web.Response(
+            body=entry.raw,
+            status=201 if created else 200,
+            content_type=_JSON,
+            headers=self._warnings(),
+        )
 
     def _warnings(self) -> MultiDict[str]:
         """``Warning: 299 - "..."`` headers for what the last registry call warned about."""

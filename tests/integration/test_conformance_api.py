@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 from conformance_helpers import (
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    EventStream,
     call,
     default_service_account,
     details,
@@ -20,6 +23,9 @@ from conformance_helpers import (
     failure,
     http,
     lease,
+    names,
+    rv,
+    summary,
 )
 from conftest import Target
 from kubernetes_asyncio import client as k8s
@@ -96,6 +102,52 @@ async def test_lease_time_without_microseconds_is_400(cluster: Target) -> None:
     ), status["message"]
 
 
+async def test_leases_by_label_selector(cluster: Target) -> None:
+    """Leases list and watch by label like any resource: set-based selectors, and a write
+    that takes a Lease out of the selection is DELETED to the filtered watch."""
+    coord = k8s.CoordinationV1Api(cluster.api())
+    ns = cluster.namespace
+    for name, replica in (("l-a", "a"), ("l-b", "b"), ("l-c", "c")):
+        body = lease(name)
+        body["metadata"]["labels"] = {"gpusched.io/replica": replica}
+        reply = await call(coord.create_namespaced_lease, ns, body)
+        assert reply.status == 201, reply.body
+    await call(coord.create_namespaced_lease, ns, lease("l-none"))
+    for selector, expected in (
+        ("gpusched.io/replica in (a,b)", ["l-a", "l-b"]),
+        ("gpusched.io/replica!=a", ["l-b", "l-c", "l-none"]),
+        ("!gpusched.io/replica", ["l-none"]),
+        ("gpusched.io/replica", ["l-a", "l-b", "l-c"]),
+    ):
+        listed = await call(coord.list_namespaced_lease, ns, label_selector=selector)
+        assert names(listed.body["items"]) == expected, selector
+    start = await call(coord.list_namespaced_lease, ns)
+    async with EventStream(
+        coord.list_namespaced_lease,
+        ns,
+        label_selector="gpusched.io/replica in (a,b)",
+        resource_version=start.body["metadata"]["resourceVersion"],
+    ) as events:
+        renewed = await call(
+            coord.patch_namespaced_lease,
+            "l-a",
+            ns,
+            {"spec": {"renewTime": "2026-01-01T00:00:01.000000Z"}},
+        )
+        moved = await call(
+            coord.patch_namespaced_lease,
+            "l-b",
+            ns,
+            {"metadata": {"labels": {"gpusched.io/replica": "c"}}},
+        )
+        got = await events.take(2)
+    assert summary(got) == [("MODIFIED", "l-a"), ("DELETED", "l-b")]
+    assert got[0]["object"] == renewed.body
+    assert (
+        got[1]["object"]["metadata"]["resourceVersion"] == moved.body["metadata"]["resourceVersion"]
+    )
+
+
 # --------------------------------------------------------------------------- events
 
 
@@ -123,6 +175,22 @@ def core_event(namespace: str, name: str, about: str, **extra: Any) -> dict[str,
         "lastTimestamp": "2026-01-01T00:00:05Z",
         "count": 2,
         **extra,
+    }
+
+
+def v1_event(namespace: str, name: str, about: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": name},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "gpusched.io/scheduler",
+        "reportingInstance": "gpusched-0",
+        "action": "Binding",
+        "reason": "Scheduled",
+        "regarding": involved(namespace, about),
+        "note": f"Successfully assigned {namespace}/{about} to node-1",
+        "type": "Normal",
     }
 
 
@@ -241,6 +309,120 @@ async def test_event_field_selectors(cluster: Target) -> None:
     )
     status = await fails(core.list_namespaced_event(ns, field_selector="regarding.name=pod-a"), 400)
     assert status == failure(400, "BadRequest", "field label not supported: regarding.name")
+
+
+async def test_core_event_repeat_is_patched(cluster: Target) -> None:
+    """client-go's recorder aggregates a repeat by PATCHing count and lastTimestamp on the
+    existing Event (EventSinkImpl.Patch: a strategic merge patch); a merge patch works the
+    same. Only the patched fields change; resourceVersion moves on."""
+    ns = cluster.namespace
+    created = await call(cluster.core().create_namespaced_event, ns, core_event(ns, "r.1", "r"))
+    assert created.status == 201, created.body
+    path = f"/api/v1/namespaces/{ns}/events/r.1"
+    for count, content_type in ((3, STRATEGIC_MERGE_PATCH), (4, MERGE_PATCH)):
+        patch = {"count": count, "lastTimestamp": f"2026-01-01T00:00:{count:02d}Z"}
+        reply = await http(cluster.api(), "PATCH", path, body=patch, content_type=content_type)
+        assert reply.status == 200, reply.body
+        assert reply.body["count"] == count
+        assert reply.body["lastTimestamp"] == f"2026-01-01T00:00:{count:02d}Z"
+        assert reply.body["firstTimestamp"] == "2026-01-01T00:00:00Z"
+        assert reply.body["message"] == created.body["message"]
+        assert rv(reply.body) > rv(created.body)
+    listed = await call(cluster.core().list_namespaced_event, ns)
+    assert [(e["metadata"]["name"], e["count"]) for e in listed.body["items"]] == [("r.1", 4)]
+
+
+async def test_events_k8s_io_series_is_patched(cluster: Target) -> None:
+    """client-go's events.k8s.io recorder (tools/events) records a repeat by a merge patch of
+    ``series`` on the existing Event; the core/v1 view shows the same series."""
+    ns = cluster.namespace
+    body = v1_event(ns, "s.1", "s")
+    created = await http(cluster.api(), "POST", events_path(ns), body=body)
+    assert created.status == 201, created.body
+    patch = {"series": {"count": 2, "lastObservedTime": "2026-01-01T00:00:07.000000Z"}}
+    reply = await http(
+        cluster.api(), "PATCH", events_path(ns, "s.1"), body=patch, content_type=MERGE_PATCH
+    )
+    assert reply.status == 200, reply.body
+    assert reply.body["series"] == patch["series"]
+    assert reply.body["note"] == body["note"]
+    core = await call(cluster.core().read_namespaced_event, "s.1", ns)
+    assert core.body["series"] == patch["series"]
+
+
+async def test_events_k8s_io_patch_of_an_immutable_field_is_422(cluster: Target) -> None:
+    """ValidateEventUpdate (events.k8s.io/v1): all but series and metadata are immutable,
+    reported at the internal (core) field path."""
+    ns = cluster.namespace
+    created = await http(cluster.api(), "POST", events_path(ns), body=v1_event(ns, "i.1", "i"))
+    assert created.status == 201, created.body
+    reply = await http(
+        cluster.api(),
+        "PATCH",
+        events_path(ns, "i.1"),
+        body={"note": "changed", "reportingInstance": "other"},
+        content_type=MERGE_PATCH,
+    )
+    assert reply.status == 422, reply.body
+    assert [c["field"] for c in reply.body["details"]["causes"]] == [
+        "message",
+        "reportingInstance",
+    ]
+    assert reply.body["details"]["causes"][0]["message"] == (
+        'Invalid value: "changed": field is immutable'
+    )
+
+
+async def test_events_k8s_io_create_requires_the_new_fields(cluster: Target) -> None:
+    """ValidateEventCreate for events.k8s.io/v1: eventTime, reportingController,
+    reportingInstance, action and reason are required once eventTime is set; eventTime itself
+    is required; the deprecated fields must be unset (reported at their internal names:
+    deprecatedCount is count)."""
+    ns = cluster.namespace
+    no_time = v1_event(ns, "n.1", "n")
+    del no_time["eventTime"]
+    reply = await http(cluster.api(), "POST", events_path(ns), body=no_time)
+    assert reply.status == 422, reply.body
+    assert [(c["field"], c["reason"]) for c in reply.body["details"]["causes"]] == [
+        ("eventTime", "FieldValueRequired")
+    ]
+    bare = v1_event(ns, "n.2", "n")
+    for key in ("reportingController", "reportingInstance", "action", "reason"):
+        del bare[key]
+    bare["deprecatedCount"] = 3
+    reply = await http(cluster.api(), "POST", events_path(ns), body=bare)
+    assert reply.status == 422, reply.body
+    assert [(c["field"], c["reason"]) for c in reply.body["details"]["causes"]] == [
+        ("reportingController", "FieldValueRequired"),
+        ("reportingController", "FieldValueInvalid"),
+        ("reportingController", "FieldValueInvalid"),
+        ("reportingInstance", "FieldValueRequired"),
+        ("action", "FieldValueRequired"),
+        ("reason", "FieldValueRequired"),
+        ("count", "FieldValueInvalid"),
+    ]
+
+
+async def test_core_event_with_event_time_needs_reporting_fields(cluster: Target) -> None:
+    """legacyValidateEvent, which core/v1 creates go through too: an Event with eventTime
+    needs reportingComponent (named as the request's API version names it), reportingInstance
+    and action; its involvedObject.namespace must match."""
+    ns = cluster.namespace
+    body = core_event(ns, "t.1", "t", eventTime="2026-01-01T00:00:00.000000Z")
+    status = await fails(cluster.core().create_namespaced_event(ns, body), 422)
+    assert [(c["field"], c["reason"]) for c in status["details"]["causes"]] == [
+        ("reportingComponent", "FieldValueRequired"),
+        ("reportingComponent", "FieldValueInvalid"),
+        ("reportingComponent", "FieldValueInvalid"),
+        ("reportingInstance", "FieldValueRequired"),
+        ("action", "FieldValueRequired"),
+    ]
+    other = core_event("default", "t.2", "t")
+    status = await fails(cluster.core().create_namespaced_event(ns, other), 422)
+    assert status["message"] == (
+        'Event "t.2" is invalid: involvedObject.namespace: Invalid value: "default": does not '
+        "match event.namespace"
+    )
 
 
 # --------------------------------------------------------------------------- authentication
@@ -410,3 +592,44 @@ async def test_unknown_paths_are_404(target: Target, path: str) -> None:
     assert reply.body == failure(
         404, "NotFound", "the server could not find the requested resource", {}
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [("/version/", None), ("/api/", "APIVersions"), ("/apis/", "APIGroupList")],
+)
+async def test_roots_answer_with_a_trailing_slash(target: Target, path: str, kind: str) -> None:
+    """go-restful trims a trailing slash before matching (routes/version.go and the legacy
+    /api web service are GET "/" routes), and /apis/ is registered beside /apis
+    (NonGoRestfulMux.UnlistedHandle): each answers as without the slash."""
+    api = target.api()
+    with_slash = await http(api, "GET", path)
+    without = await http(api, "GET", path.rstrip("/"))
+    assert with_slash.status == 200, with_slash.body
+    assert with_slash.body == without.body
+    if kind is not None:
+        assert with_slash.body["kind"] == kind
+
+
+@pytest.mark.parametrize("path", ["/healthz/", "/livez/", "/readyz/", "/openapi/v2/"])
+async def test_exact_paths_are_404_with_a_trailing_slash(target: Target, path: str) -> None:
+    """The health handlers serve /healthz and /healthz/<check> only (healthz.go
+    InstallPathHandler), and /openapi/v2 is an exact path: with a slash they are unknown."""
+    reply = await http(target.api(), "GET", path)
+    assert reply.status == 404
+
+
+async def test_openapi_v3_group_version_it_does_not_know_is_empty(target: Target) -> None:
+    """kube-openapi's HandleGroupVersion (every path under /openapi/v3/) returns without
+    writing when the group-version is unknown, so the answer is an empty 200; the bare
+    /openapi/v3/ names the empty group-version."""
+    api = target.api()
+    index = await http(api, "GET", "/openapi/v3")
+    assert index.status == 200
+    assert "api/v1" in index.body["paths"]
+    for path in ("/openapi/v3/", "/openapi/v3/apis/nope.gpusched.test/v1", "/openapi/v3/api/v1/"):
+        reply = await http(api, "GET", path)
+        assert (reply.status, reply.body) == (200, None), path
+    core = await http(api, "GET", "/openapi/v3/api/v1")
+    assert core.status == 200
+    assert "paths" in core.body
