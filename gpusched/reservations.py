@@ -98,11 +98,14 @@ class Reservation:
     gpu_ids: tuple[int, ...]
     vram_mib: tuple[int, ...]
     exclusive: bool
-    expires: float  # unix seconds
+    expires: float  # unix seconds, on the writer's clock
     holder: str
+    written: float | None = None
+    """When it was written (unix seconds, on the writer's clock); ``None`` for an entry
+    written before the field existed. See gpusched.reservation_book on what it decides."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "pod": self.pod,
             "podUID": self.pod_uid,
             "gpus": list(self.gpu_ids),
@@ -111,6 +114,9 @@ class Reservation:
             "expires": self.expires,
             "holder": self.holder,
         }
+        if self.written is not None:
+            out["written"] = self.written
+        return out
 
     @classmethod
     def from_json(cls, uid: str, data: Mapping[str, Any]) -> Reservation:
@@ -127,6 +133,7 @@ class Reservation:
             exclusive=bool(data.get("exclusive", True)),
             expires=float(data["expires"]),
             holder=str(data.get("holder", "")),
+            written=float(data["written"]) if "written" in data else None,
         )
 
 
@@ -259,15 +266,22 @@ class ReservationWriter:
         self._known: dict[str, NodeLease] = {}
         self._prunable: dict[str, Prunable] = {}
 
+    def observed(self, lease: NodeLease) -> None:
+        """The informer delivered ``lease``. Once it has delivered this writer's last write to
+        the node, its view is at least as new as that write (a watch delivers a Lease's
+        versions in order), and ``reserve``'s ``known`` is the one to start from."""
+        latest = self._latest.get(lease.node)
+        if latest is not None and latest.resource_version == lease.resource_version:
+            del self._latest[lease.node]
+
     def _newest(self, node: str, known: NodeLease | None) -> NodeLease | None:
+        """Where a write to ``node`` starts: this writer's last write until the informer has
+        shown it (``observed``), the informer's view after. ``resourceVersion`` is opaque
+        (Kubernetes' API conventions): it is compared only for equality, never ordered. A
+        wrong guess (the informer re-listed past our write, another replica wrote since) costs
+        one 409 and a read, never a lost reservation: the precondition decides."""
         latest = self._latest.get(node)
-        if known is None or latest is None:
-            return known or latest
-        return (
-            latest
-            if int(latest.resource_version or 0) > int(known.resource_version or 0)
-            else known
-        )
+        return latest if latest is not None else known
 
     def _path(self, node: str | None = None) -> str:
         return resource_path(
@@ -298,6 +312,7 @@ class ReservationWriter:
         vram_mib: Iterable[int],
         exclusive: bool = True,
     ) -> Reservation:
+        now = self.now().timestamp()
         return Reservation(
             uid=uid,
             pod=pod,
@@ -305,8 +320,9 @@ class ReservationWriter:
             gpu_ids=tuple(gpu_ids),
             vram_mib=tuple(vram_mib),
             exclusive=exclusive,
-            expires=self.now().timestamp() + self.lease_duration,
+            expires=now + self.lease_duration,
             holder=self.identity,
+            written=now,
         )
 
     async def reserve(

@@ -369,9 +369,12 @@ class Bed:
 
     # ------------------------------------------------------------------ the scheduler
 
-    def config(self, *, reservation_seconds: int | None = None) -> SchedulerConfiguration:
+    def config(
+        self, *, reservation_seconds: int | None = None, max_clock_skew: float | None = None
+    ) -> SchedulerConfiguration:
         """The default configuration with this test's scheduler name and reservation
-        namespace (and reservations lasting ``reservation_seconds`` when given)."""
+        namespace (and reservations lasting ``reservation_seconds``, a clock skew tolerance of
+        ``max_clock_skew`` seconds, when given)."""
         config = default_config()
         profile: Profile = config.profiles[0].model_copy(
             update={"scheduler_name": self.scheduler_name}
@@ -379,6 +382,8 @@ class Bed:
         update: dict[str, Any] = {"namespace": self.system_namespace}
         if reservation_seconds is not None:
             update["lease_duration_seconds"] = reservation_seconds
+        if max_clock_skew is not None:
+            update["max_clock_skew_seconds"] = max_clock_skew
         return config.model_copy(
             update={
                 "profiles": [profile],

@@ -237,7 +237,7 @@ async def test_bindings_whose_answers_are_lost_are_not_undone(bed: Bed) -> None:
 async def test_a_scheduler_killed_mid_bind_leaks_nothing(bed: Bed) -> None:
     """Kill schedulers at arbitrary points while they bind; a fresh one finishes the job, no
     pod is bound without its reservation, and the killed ones' reservations are collected."""
-    short = bed.config(reservation_seconds=2)  # a leaked one expires within the test
+    short = bed.config(reservation_seconds=2, max_clock_skew=0)  # leaks expire in the test
     await bed.create_pods(bed.pod(f"k{i:02d}") for i in range(10))
     for round_ in range(3):
         scheduler = bed.scheduler(f"victim-{round_}", short)
@@ -248,7 +248,7 @@ async def test_a_scheduler_killed_mid_bind_leaks_nothing(bed: Bed) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    async with bed.running("survivor", short, reservation_gc_period=0.2, reservation_grace=0):
+    async with bed.running("survivor", short, reservation_gc_period=0.2):
         pods = await bed.pods_until(lambda ps: len(bound(ps)) == 10)
         final = {p["metadata"]["annotations"][RESERVATION_UID] for p in pods.values()}
 

@@ -52,7 +52,8 @@ from gpusched.reservations import (
     RESERVATIONS_ANNOTATION,
     Reservation,
 )
-from gpusched.scheduler import Scheduler, SchedulingResult, _phantom_key
+from gpusched.reservation_book import phantom_key
+from gpusched.scheduler import Scheduler, SchedulingResult
 from gpusched.sim import FaultRule, SimCluster
 from gpusched.sim.fleet import ClusterSpec, build_fleet, node_names
 
@@ -254,7 +255,7 @@ def test_phantom_is_counted_when_its_lease_arrives_before_its_node() -> None:
 
 
 def test_own_dead_reservation_does_not_become_a_phantom() -> None:
-    """A reservation this replica knows holds nothing (``_dead``: its bind failed, the release
+    """A reservation this replica knows holds nothing (``mark_dead``: its bind failed, the release
     is pending or failed) must not become a phantom of its own pod when its Lease event arrives
     after the failure was handled; else this replica cannot assume the pod (CacheError at
     assume, requeue with backoff) until a write or the collector prunes it."""
@@ -263,9 +264,9 @@ def test_own_dead_reservation_does_not_become_a_phantom() -> None:
     pod = gpu_pod("p", 1, uid="uid-p")
     sched._on_pod("ADDED", pod, None)
     r = reservation("r-dead", pod, (0,), holder="me", expires=expiry(clock))
-    sched._dead[r.uid] = None  # _bind_failed marked it before the Lease event came in
+    sched.book.mark_dead(r.uid)  # _bind_failed marked it before the Lease event came in
     sched._on_lease("ADDED", lease_object(NODE, r), None)
-    assert sched.cache.get_pod(_phantom_key("r-dead")) is None, "dead reservation assumed"
+    assert sched.cache.get_pod(phantom_key("r-dead")) is None, "dead reservation assumed"
     assert free_gpus(sched) == [0, 1, 2, 3]
 
 
@@ -281,9 +282,9 @@ def test_stale_phantom_entry_forgets_our_own_inflight_assumption() -> None:
     uid = pod["metadata"]["uid"]
     r = reservation("r-a", pod, (0,), expires=expiry(clock, 3600))
     sched._on_lease("ADDED", lease_object(NODE, r, rv="1"), None)
-    assert sched.cache.is_assumed(_phantom_key("r-a"))  # under a key of its own
+    assert sched.cache.is_assumed(phantom_key("r-a"))  # under a key of its own
     clock._t += 16 * 60  # the assumed-pod TTL (15 min) passes
-    assert sched.cache.cleanup_expired_assumed_pods() == [_phantom_key("r-a")]
+    assert sched.cache.cleanup_expired_assumed_pods() == [phantom_key("r-a")]
     # Our own decision for the pod, its binding cycle in flight.
     sched.cache.assume_pod(pod, NODE, Assignment((0,), (), (), "r-ours"))
     assert sched.cache.is_assumed(uid)
@@ -303,11 +304,11 @@ def test_phantom_bookkeeping_is_dropped_when_the_pod_is_deleted() -> None:
     sched._on_pod("ADDED", pod, None)
     r = reservation("r-a", pod, (0,), expires=expiry(clock))
     sched._on_lease("ADDED", lease_object(NODE, r), None)
-    assert sched.cache.is_assumed(_phantom_key("r-a"))
+    assert sched.cache.is_assumed(phantom_key("r-a"))
     sched._on_pod("DELETED", pod, pod)
-    assert sched.cache.get_pod(_phantom_key("r-a")) is None
-    assert uid not in sched._phantom_pods
-    assert r.uid not in sched._phantoms
+    assert sched.cache.get_pod(phantom_key("r-a")) is None
+    assert uid not in sched.book._phantom_pods
+    assert r.uid not in sched.book._phantoms
 
 
 # ------------------------------------------------ the scheduling cycle (no API either)
