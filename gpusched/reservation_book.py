@@ -318,9 +318,18 @@ class ReservationBook:
         them (its informer shows the Lease without them) writes nothing."""
         while True:
             await self._wake.wait()
-            self._wake.clear()
-            nodes, self._dirty = sorted(self._dirty), set()
-            await asyncio.gather(*(self.release_stale(node) for node in nodes))
+            await self.release_dirty()
+
+    async def release_dirty(self) -> None:
+        """One pass of ``release_loop``: the nodes marked so far, concurrently."""
+        self._wake.clear()
+        nodes, self._dirty = sorted(self._dirty), set()
+        await asyncio.gather(*(self.release_stale(node) for node in nodes))
+
+    @property
+    def dirty(self) -> frozenset[str]:
+        """Nodes whose Lease holds a superseded reservation, not yet released."""
+        return frozenset(self._dirty)
 
     async def collect(self, period: float) -> None:
         """Every ``period`` seconds, release every prunable reservation (expired ones)."""

@@ -357,8 +357,11 @@ class Bed:
             return
         await asyncio.gather(*(one(body) for body in bodies))
 
-    async def delete_pod(self, name: str) -> None:
-        await self.kube.delete(f"{self.pods_path}/{name}")
+    async def delete_pod(self, name: str, *, now: bool = False) -> None:
+        """Delete a pod; ``now``: with grace period 0, so that it goes at once even when bound
+        to a node no kubelet runs (on a real cluster it would stay terminating)."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+        await self.kube.delete(f"{self.pods_path}/{name}", body if now else None)
 
     async def pods_until(self, done: Callable[[Objects], bool], timeout: float = WAIT) -> Objects:
         return await objects_until(self.kube, self.pods_path, done, timeout=timeout)
@@ -394,13 +397,10 @@ class Bed:
     def scheduler(
         self, identity: str, config: SchedulerConfiguration | None = None, **kw: Any
     ) -> Scheduler:
-        return Scheduler(
-            Kube(self.target.api()),
-            config or self.config(),
-            identity=identity,
-            rng=random.Random(1),
-            **kw,
-        )
+        """A Scheduler for this test (not started); its rng is seeded 1 unless ``rng`` is
+        given."""
+        kw.setdefault("rng", random.Random(1))
+        return Scheduler(Kube(self.target.api()), config or self.config(), identity=identity, **kw)
 
     @contextlib.asynccontextmanager
     async def running(
