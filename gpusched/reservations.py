@@ -22,7 +22,7 @@ Layout::
                            leaseDurationSeconds
 
 Each reservation records the pod (key and uid), GPU indices, VRAM per GPU, exclusivity, the
-writing replica and an expiry time.
+writing replica, and when it was written and expires (the writer's clock).
 
 Lifecycle of a reservation
 --------------------------
@@ -31,10 +31,12 @@ Lifecycle of a reservation
   pod's annotations are what hold the devices, but the entry stays in the Lease while the pod
   may be running, because another replica whose watch has not yet shown the binding must still
   see the devices taken;
-- it may be pruned once its pod is observed deleted or terminal (Succeeded/Failed), or once it
-  expired without its pod having been bound to it (the scheduler died between reserve and bind,
-  or the bind failed). Pruning happens in the next write to the same Lease and in the garbage
-  collector (``prunable``); a binder never binds with a reservation close to expiry.
+- it is dropped once it protects nothing (its pod gone, bound with another reservation, or
+  never bound with it before it expired): by the next write to the same Lease (``prunable``)
+  or by ``release``. The rule is ``gpusched.reservation_book``'s; docs/reservations.md tells
+  the whole story. A binder never binds with a reservation close to expiry.
+
+``resourceVersion`` is opaque (Kubernetes' API conventions): it is compared only for equality.
 """
 
 from __future__ import annotations
@@ -478,7 +480,9 @@ class ReservationWriter:
         )
 
     async def release(self, node: str, uids: Iterable[str]) -> None:
-        """Drop reservations (a failed bind); best effort, expiry covers what this misses."""
+        """Drop reservations (a failed bind's, or entries that protect nothing); best effort,
+        expiry and the next write cover what this misses. Writes nothing when the Lease no
+        longer holds any of them (idempotent)."""
         async with self._locks.setdefault(node, asyncio.Lock()):
             await self._release(node, set(uids))
 
