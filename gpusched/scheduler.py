@@ -406,6 +406,12 @@ class Scheduler:
         log.warning("assumed pods expired without being seen bound: %s", ", ".join(uids))
         self.queue.on_event("Pod/Delete")
 
+    def _prunable(self, r: Reservation) -> bool:
+        return self.book.prunable(r)
+
+    def _count_lease_conflicts(self) -> None:
+        self.book.count_conflicts()
+
     def _forget_binding(self, uid: str) -> None:
         self._binding.pop(uid, None)
 
@@ -654,7 +660,8 @@ class Scheduler:
         assignment: Assignment,
         started: float,
     ) -> None:
-        """Permit wait, reservation, PreBind, Bind; then ``_bound`` or ``_bind_failed``.
+        """Permit wait, reservation, PreBind, Bind (``_bind_steps``); then ``_bound`` or
+        ``_bind_failed``.
 
         Whatever is raised, the cycle ends by binding the pod or by undoing it (unreserve,
         forget, requeue): an unexpected exception is a failure like any other (``error``),
@@ -663,78 +670,88 @@ class Scheduler:
         (shutdown), it forgets the pod, requeues it and lets a written reservation expire;
         the cancellation goes on.
         """
-        pod = info.pod
-        reserved: Reservation | None = None
-        bind_sent = False
-        failure: _BindFailure | None = None
+        progress = _Progress()
         try:
-            try:
-                async with self._bind_slots:
-                    status = await fw.wait_on_permit(pod)
-                    if not status.is_success:
-                        raise _BindFailure("permit", status.message() or "rejected at permit")
-                    if assignment.gpu_ids:
-                        reserved = self.reservations.new_reservation(
-                            assignment.reservation_uid,
-                            _key(pod),
-                            info.uid,
-                            assignment.gpu_ids,
-                            assignment.vram_mib,
-                        )
-                        try:
-                            await self.reservations.reserve(
-                                node,
-                                reserved,
-                                known=self.book.leases.get(node),
-                                prunable=self.book.prunable,
-                            )
-                        finally:
-                            self.book.count_conflicts()
-                    status = await fw.run_pre_bind(state, pod, node)
-                    if not status.is_success:
-                        raise _BindFailure("prebind", status.message())
-                    if reserved is not None and (
-                        reserved.expires - self.clock.now().timestamp() < self.bind_margin
-                    ):
-                        raise _BindFailure(
-                            "expired", "the device reservation is about to expire; trying again"
-                        )
-                    bind_sent = True
-                    status = await fw.run_bind(state, pod, node)
-                    if status.is_success:
-                        self.metrics.api_write("pods/binding", "create")
-                    else:
-                        # A failed Binding may still have landed (its response lost) or the
-                        # pod may have been bound by another replica: ask the API server.
-                        outcome = await self._binding_outcome(pod, node, assignment)
-                        if outcome != _Outcome.OURS:
-                            raise _BindFailure(
-                                "bind", status.message() or "no bind plugin bound the pod", outcome
-                            )
-                        log.info("%s: the Binding landed though its answer was lost", _key(pod))
-                        self.metrics.api_write("pods/binding", "create")
-            except _BindFailure as exc:
-                failure = exc
-            except (ReservationConflict, LeaseFormatError) as exc:
-                # Not written, or written and then lost to a conflict: it holds no pod.
-                stage = "lease_conflict" if isinstance(exc, ReservationConflict) else "lease_format"
-                failure = _BindFailure(stage, str(exc), release=False)
-            except APIError as exc:
-                failure = _BindFailure(
-                    "api_error", str(exc), _Outcome.UNKNOWN if bind_sent else None
-                )
-            except Exception as exc:  # a bug: the pod must not stay assumed and in flight
-                log.exception("binding %s to %s raised", _key(pod), node)
-                failure = _BindFailure(
-                    "error", f"{type(exc).__name__}: {exc}", _Outcome.UNKNOWN if bind_sent else None
-                )
+            failure = await self._bind_steps(fw, state, info, node, assignment, progress)
         except asyncio.CancelledError:
             self._abandon(fw, state, info, node)
             raise
         if failure is None:
             await self._bound(fw, state, info, node, started)
         else:
-            await self._bind_failed(fw, state, info, node, reserved, failure, started)
+            await self._bind_failed(fw, state, info, node, progress.reserved, failure, started)
+
+    async def _bind_steps(
+        self,
+        fw: Framework,
+        state: CycleState,
+        info: QueuedPodInfo,
+        node: str,
+        assignment: Assignment,
+        progress: _Progress,
+    ) -> _BindFailure | None:
+        """The binding cycle's steps; returns why it did not bind (``None``: bound), whatever
+        a step raises but cancellation. ``progress`` tells what was written and sent."""
+        pod = info.pod
+        reserved: Reservation | None = None
+        try:
+            async with self._bind_slots:
+                status = await fw.wait_on_permit(pod)
+                if not status.is_success:
+                    raise _BindFailure("permit", status.message() or "rejected at permit")
+                if assignment.gpu_ids:
+                    reserved = self.reservations.new_reservation(
+                        assignment.reservation_uid,
+                        _key(pod),
+                        info.uid,
+                        assignment.gpu_ids,
+                        assignment.vram_mib,
+                    )
+                    progress.reserved = reserved
+                    try:
+                        await self.reservations.reserve(
+                            node, reserved, known=self.leases.get(node), prunable=self._prunable
+                        )
+                    finally:
+                        self._count_lease_conflicts()
+                status = await fw.run_pre_bind(state, pod, node)
+                if not status.is_success:
+                    raise _BindFailure("prebind", status.message())
+                if reserved is not None and (
+                    reserved.expires - self.clock.now().timestamp() < self.bind_margin
+                ):
+                    raise _BindFailure(
+                        "expired", "the device reservation is about to expire; trying again"
+                    )
+                progress.bind_sent = True
+                status = await fw.run_bind(state, pod, node)
+                if status.is_success:
+                    self.metrics.api_write("pods/binding", "create")
+                else:
+                    # A failed Binding may still have landed (its response lost) or the pod
+                    # may have been bound by another replica: ask the API server which.
+                    outcome = await self._binding_outcome(pod, node, assignment)
+                    if outcome != _Outcome.OURS:
+                        raise _BindFailure(
+                            "bind", status.message() or "no bind plugin bound the pod", outcome
+                        )
+                    log.info("%s: the Binding landed though its response was lost", _key(pod))
+                    self.metrics.api_write("pods/binding", "create")
+        except _BindFailure as exc:
+            return exc
+        except ReservationConflict as exc:
+            # Not written, or written and then lost to a conflict: it holds no pod.
+            return _BindFailure("lease_conflict", str(exc), release=False)
+        except LeaseFormatError as exc:
+            return _BindFailure("lease_format", str(exc), release=False)
+        except APIError as exc:
+            sent = _Outcome.UNKNOWN if progress.bind_sent else None
+            return _BindFailure("api_error", str(exc), sent)
+        except Exception as exc:  # a bug: the pod must not stay assumed and in flight
+            log.exception("binding %s to %s raised", _key(pod), node)
+            sent = _Outcome.UNKNOWN if progress.bind_sent else None
+            return _BindFailure("error", f"{type(exc).__name__}: {exc}", sent)
+        return None
 
     async def _bound(
         self, fw: Framework, state: CycleState, info: QueuedPodInfo, node: str, started: float
@@ -877,6 +894,15 @@ class _Outcome(enum.Enum):
     UNBOUND = "not bound"
     GONE = "deleted"
     UNKNOWN = "could not be read"
+
+
+@dataclass
+class _Progress:
+    """How far a binding cycle got: the reservation it made (perhaps written), and whether a
+    Binding was sent (then the pod may be bound)."""
+
+    reserved: Reservation | None = None
+    bind_sent: bool = False
 
 
 class _BindFailure(Exception):
