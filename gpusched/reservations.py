@@ -22,7 +22,7 @@ Layout::
                            leaseDurationSeconds
 
 Each reservation records the pod (key and uid), GPU indices, VRAM per GPU, exclusivity, the
-writing replica and an expiry time.
+writing replica, and when it was written and expires (the writer's clock).
 
 Lifecycle of a reservation
 --------------------------
@@ -31,10 +31,12 @@ Lifecycle of a reservation
   pod's annotations are what hold the devices, but the entry stays in the Lease while the pod
   may be running, because another replica whose watch has not yet shown the binding must still
   see the devices taken;
-- it may be pruned once its pod is observed deleted or terminal (Succeeded/Failed), or once it
-  expired without its pod having been bound to it (the scheduler died between reserve and bind,
-  or the bind failed). Pruning happens in the next write to the same Lease and in the garbage
-  collector (``prunable``); a binder never binds with a reservation close to expiry.
+- it is dropped once it protects nothing (its pod gone, bound with another reservation, or
+  never bound with it before it expired): by the next write to the same Lease (``prunable``)
+  or by ``release``. The rule is ``gpusched.reservation_book``'s; docs/reservations.md tells
+  the whole story. A binder never binds with a reservation close to expiry.
+
+``resourceVersion`` is opaque (Kubernetes' API conventions): it is compared only for equality.
 """
 
 from __future__ import annotations
@@ -98,11 +100,14 @@ class Reservation:
     gpu_ids: tuple[int, ...]
     vram_mib: tuple[int, ...]
     exclusive: bool
-    expires: float  # unix seconds
+    expires: float  # unix seconds, on the writer's clock
     holder: str
+    written: float | None = None
+    """When it was written (unix seconds, on the writer's clock); ``None`` for an entry
+    written before the field existed. See gpusched.reservation_book on what it decides."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "pod": self.pod,
             "podUID": self.pod_uid,
             "gpus": list(self.gpu_ids),
@@ -111,6 +116,9 @@ class Reservation:
             "expires": self.expires,
             "holder": self.holder,
         }
+        if self.written is not None:
+            out["written"] = self.written
+        return out
 
     @classmethod
     def from_json(cls, uid: str, data: Mapping[str, Any]) -> Reservation:
@@ -127,6 +135,7 @@ class Reservation:
             exclusive=bool(data.get("exclusive", True)),
             expires=float(data["expires"]),
             holder=str(data.get("holder", "")),
+            written=float(data["written"]) if "written" in data else None,
         )
 
 
@@ -259,15 +268,22 @@ class ReservationWriter:
         self._known: dict[str, NodeLease] = {}
         self._prunable: dict[str, Prunable] = {}
 
+    def observed(self, lease: NodeLease) -> None:
+        """The informer delivered ``lease``. Once it has delivered this writer's last write to
+        the node, its view is at least as new as that write (a watch delivers a Lease's
+        versions in order), and ``reserve``'s ``known`` is the one to start from."""
+        latest = self._latest.get(lease.node)
+        if latest is not None and latest.resource_version == lease.resource_version:
+            del self._latest[lease.node]
+
     def _newest(self, node: str, known: NodeLease | None) -> NodeLease | None:
+        """Where a write to ``node`` starts: this writer's last write until the informer has
+        shown it (``observed``), the informer's view after. ``resourceVersion`` is opaque
+        (Kubernetes' API conventions): it is compared only for equality, never ordered. A
+        wrong guess (the informer re-listed past our write, another replica wrote since) costs
+        one 409 and a read, never a lost reservation: the precondition decides."""
         latest = self._latest.get(node)
-        if known is None or latest is None:
-            return known or latest
-        return (
-            latest
-            if int(latest.resource_version or 0) > int(known.resource_version or 0)
-            else known
-        )
+        return latest if latest is not None else known
 
     def _path(self, node: str | None = None) -> str:
         return resource_path(
@@ -298,6 +314,7 @@ class ReservationWriter:
         vram_mib: Iterable[int],
         exclusive: bool = True,
     ) -> Reservation:
+        now = self.now().timestamp()
         return Reservation(
             uid=uid,
             pod=pod,
@@ -305,8 +322,9 @@ class ReservationWriter:
             gpu_ids=tuple(gpu_ids),
             vram_mib=tuple(vram_mib),
             exclusive=exclusive,
-            expires=self.now().timestamp() + self.lease_duration,
+            expires=now + self.lease_duration,
             holder=self.identity,
+            written=now,
         )
 
     async def reserve(
@@ -462,7 +480,9 @@ class ReservationWriter:
         )
 
     async def release(self, node: str, uids: Iterable[str]) -> None:
-        """Drop reservations (a failed bind); best effort, expiry covers what this misses."""
+        """Drop reservations (a failed bind's, or entries that protect nothing); best effort,
+        expiry and the next write cover what this misses. Writes nothing when the Lease no
+        longer holds any of them (idempotent)."""
         async with self._locks.setdefault(node, asyncio.Lock()):
             await self._release(node, set(uids))
 

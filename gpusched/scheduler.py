@@ -2,36 +2,30 @@
 
 The shape is kube-scheduler's (pkg/scheduler/schedule_one.go):
 
-**Informers** (``gpusched.kube.reflector``) list and watch nodes, GPU inventories, all pods
-(GPUs held by pods anyone bound count) and the reservation Leases, feeding the cache and the
-queue. Nothing is scheduled before every informer has synced, so after a restart the
-scheduler's state is rebuilt from the pods' assignment annotations and the Leases first.
-
-**The scheduling cycle** (``schedule_one``) is serial and never awaits: pop a pod, update the
-frozen snapshot, run PreFilter, then either ask the pod's equivalence class
-(``gpusched.equivalence``: pods with equal signatures share one ranking of all nodes, of which
-only the nodes changed since are re-evaluated) or, for a pod no class serves, Filter over the
-nodes (starting where the previous cycle stopped, and stopping once enough feasible nodes are
-found: ``percentageOfNodesToScore``) and Score; pick the best node and the GPU set GPUFit chose
-on it, *assume* the pod in the cache (the next cycle sees those GPUs as taken), Reserve,
-Permit, then start the binding cycle.
-
-**The binding cycle** is an asyncio task per pod: wait on Permit, write the reservation into
-the node's Lease (optimistic concurrency; ``gpusched.reservations``), PreBind, Bind (the
-Binding carries the decision as annotations), PostBind. A failure anywhere unreserves, forgets
-the assumed pod and sends the pod back to the queue with backoff (a pod whose bind keeps
-failing backs off exponentially, so it never starves the others). A failed Binding is first
-checked against the pod, since it may have landed: its reservation is released only once the
-pod is known not to hold it (``_binding_outcome``, ``_bind_failed``).
-
-**Other replicas' reservations** seen in the Leases before their pods show up bound are
-counted in the cache as *phantoms* (``_add_phantom``), and **cluster events** reach the queue
-with the plugins' queueing hints (``_emit``), so an unschedulable pod is retried when something
-it waits for changed.
-
-Telling users why: a pod that fits nowhere gets a ``FailedScheduling`` Event and a
-``PodScheduled=False`` condition with kube-scheduler's summary ("0/12 nodes are available:
-4 Insufficient nvidia.com/gpu, 8 node(s) had untolerated taint {...}."), rate-limited.
+- **Informers** (``gpusched.kube.reflector``) list and watch nodes, GPU inventories, all pods
+  and the reservation Leases into the cache, the queue and the reservation book. Nothing is
+  scheduled before all of them have synced: after a restart the state is rebuilt from the
+  pods' assignment annotations and the Leases first.
+- **The scheduling cycle** (``schedule_one``) is serial and never awaits: pop a pod, update the
+  frozen snapshot, PreFilter, then the pod's equivalence class (``gpusched.equivalence``) or
+  Filter over a sample of the nodes (``percentageOfNodesToScore``) and Score; pick a node and
+  the device assignment the Reserve plugin chose, *assume* the pod in the cache, Reserve,
+  Permit, and start the binding cycle. O(nodes evaluated x plugins) per pod.
+- **The binding cycle** (``_binding_cycle``) is an asyncio task per pod: wait on Permit, write
+  the reservation into the node's Lease (``gpusched.reservations``, optimistic concurrency),
+  PreBind, Bind (the Binding carries the decision as annotations), PostBind. It always ends
+  by binding the pod or by unreserving, forgetting it and requeueing it with backoff, whatever
+  is raised; a failed Binding is checked against the pod first, since it may have landed
+  (``_binding_outcome``), and its reservation is released only once the pod is known not to
+  hold it. Cancelled (shutdown), it forgets the pod and leaves the Lease entry to expire.
+- **Other replicas' reservations** (phantoms, the prune rule, releasing superseded and stale
+  entries, clock skew) are kept by ``gpusched.reservation_book.ReservationBook``; this module
+  only feeds it events.
+- **Cluster events** reach the queue with the plugins' queueing hints (``_emit``), so an
+  unschedulable pod is retried when something it waits for changed.
+- **Telling users why**: a pod that fits nowhere gets a ``FailedScheduling`` Event and a
+  ``PodScheduled=False`` condition with kube-scheduler's summary ("0/12 nodes are available:
+  4 Insufficient nvidia.com/gpu, ..."); per-node GPU gauges follow the nodes that exist.
 """
 
 from __future__ import annotations
@@ -43,14 +37,14 @@ import logging
 import random
 import time
 import uuid
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.annotations import RESERVATION_UID, Assignment
 from gpusched.cache import SchedulerCache, Snapshot
-from gpusched.cache.errors import CacheError, LedgerError
+from gpusched.cache.errors import CacheError
 from gpusched.clock import Clock, RealClock
 from gpusched.equivalence import EquivalenceCache, Placement
 from gpusched.events import EventRecorder
@@ -68,12 +62,13 @@ from gpusched.framework import (
     build_frameworks,
     in_tree,
 )
-from gpusched.inventory import RESOURCE_GPU, InventoryError, inventory_from_object
+from gpusched.inventory import InventoryError, inventory_from_object
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIError, APINotFound
 from gpusched.kube.reflector import Reflector
 from gpusched.metrics import Metrics
 from gpusched.queue import QueueClosed, QueuedPodInfo, SchedulingQueue
+from gpusched.reservation_book import ReservationBook
 from gpusched.reservations import (
     NODE_LABEL,
     LeaseFormatError,
@@ -190,11 +185,6 @@ def _assignment(state: CycleState, node: str) -> Assignment | None:
     return choice.to_assignment() if choice is not None else None
 
 
-def _phantom_key(reservation_uid: str) -> str:
-    """The cache key of a reservation's phantom: never a pod's uid."""
-    return f"reservation/{reservation_uid}"
-
-
 def _key(pod: Mapping[str, Any]) -> str:
     meta = pod["metadata"]
     return f"{meta.get('namespace', '')}/{meta['name']}"
@@ -214,7 +204,6 @@ class Scheduler:
         registry: PluginRegistry | None = None,
         rng: random.Random | None = None,
         reservation_gc_period: float = 30.0,
-        reservation_grace: float = 30.0,
     ) -> None:
         from gpusched.framework import default_config
 
@@ -283,18 +272,17 @@ class Scheduler:
             on_write=self.metrics.api_write,
             metrics=self.metrics,
         )
-        self.leases: dict[str, NodeLease] = {}
-        self._reservations_held = 0  # sum over self.leases, kept as Lease events arrive
-        # Pods this replica saw deleted or finished: their reservations protect nothing.
-        self._gone: OrderedDict[str, None] = OrderedDict()
-        # Reservations of this replica known not to hold their pod (failed binds).
-        self._dead: OrderedDict[str, None] = OrderedDict()
-        # Phantoms (see _add_phantom): reservation uid -> its pod's uid, and back.
-        self._phantoms: dict[str, str] = {}
-        self._conflicts_counted = 0  # ReservationWriter.conflicts already in the metric
-        self._phantom_pods: dict[str, set[str]] = {}
+        self.book = ReservationBook(
+            self.cache,
+            self.reservations,
+            self.clock,
+            pod_named=lambda key: self.pods.items.get(key),
+            forget=self._forget_assumed,
+            max_clock_skew=res.max_clock_skew_seconds,
+            metrics=self.metrics,
+        )
         self.reservation_gc_period = reservation_gc_period
-        self.reservation_grace = reservation_grace
+        self._gpu_series: set[str] = set()  # nodes whose GPU gauges are exported
         # A reservation must outlive its Binding by this much, or the pod is not bound with it.
         self.bind_margin = res.lease_duration_seconds / 4
         self._binding: dict[str, asyncio.Task[None]] = {}  # pod uid -> binding task
@@ -335,11 +323,7 @@ class Scheduler:
             return
         if kind == "ADDED":
             self.cache.add_node(node)
-            lease = self.leases.get(node["metadata"]["name"])
-            if lease is not None:  # its Lease came first: count what it holds now
-                for r in lease.reservations.values():
-                    if r.uid not in self._phantoms:
-                        self._add_phantom(lease.node, r)
+            self.book.on_node_added(node["metadata"]["name"])  # its Lease may have come first
             self._emit("Node/Add", None, node)
         else:
             self.cache.update_node(node)
@@ -359,77 +343,12 @@ class Scheduler:
         self._emit(f"GPUNodeInventory/{event}", old, obj if kind != "DELETED" else None)
 
     def _on_lease(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        try:
-            lease = NodeLease.from_object(obj)
-        except LeaseFormatError as exc:
-            log.error("%s", exc)
-            return
-        old_lease = self.leases.pop(lease.node, None)
-        before = old_lease.reservations if old_lease is not None else {}
-        after = lease.reservations if kind != "DELETED" else {}
-        self._reservations_held += len(after) - len(before)
-        if kind != "DELETED":
-            self.leases[lease.node] = lease
-        self.metrics.reservations_held.set(self._reservations_held)
-        for uid in before.keys() - after.keys():
-            self._drop_phantom(uid)
-        for uid in after.keys() - before.keys():
-            self._add_phantom(lease.node, after[uid])
+        self.book.on_lease(kind, obj)
 
-    # Reservations the cache would not otherwise count. A reservation whose pod the cache does
-    # not hold when it first appears in a Lease (another replica's bind in flight) is assumed in
-    # the cache under a key of its own (``reservation/<uid>``), a *phantom*, so the next cycles
-    # see its GPUs as taken instead of finding out with a 409 on the Lease. So is the
-    # reservation of one of our binds whose outcome is unknown (the pod may be bound with it).
-    # A phantom goes when its reservation leaves the Lease (a failed bind released, an expired
-    # one pruned), when its pod shows up bound (the pod's own booking takes over) or is deleted,
-    # or after the cache's TTL for assumed pods.
-
-    def _add_phantom(self, node: str, r: Reservation, *, ours: bool = False) -> None:
-        if r.pod_uid in self._gone or r.uid in self._dead or r.uid in self._phantoms:
-            return
-        if not ours and self.cache.get_pod(r.pod_uid) is not None:
-            return  # our own bind of it is in flight, or it is bound: counted already
-        namespace, _, name = r.pod.partition("/")
-        phantom = {
-            "metadata": {"name": name, "namespace": namespace, "uid": _phantom_key(r.uid)},
-            "spec": {
-                "nodeName": node,
-                "containers": [
-                    {
-                        "name": "reserved",
-                        "resources": {"requests": {RESOURCE_GPU: str(len(r.gpu_ids))}},
-                    }
-                ],
-            },
-        }
-        assignment = Assignment(r.gpu_ids, (), r.vram_mib, r.uid)
-        try:
-            self.cache.assume_pod(phantom, node, assignment)
-        except (CacheError, LedgerError) as exc:  # the node is not known yet: see _on_node
-            log.debug("not counting reservation %s of %s: %s", r.uid, r.pod, exc)
-            return
-        self.cache.finish_binding(phantom)  # so that the TTL applies
-        self._phantoms[r.uid] = r.pod_uid
-        self._phantom_pods.setdefault(r.pod_uid, set()).add(r.uid)
-
-    def _drop_phantom(self, reservation_uid: str, *, wake: bool = True) -> None:
-        pod_uid = self._phantoms.pop(reservation_uid, None)
-        if pod_uid is None:
-            return
-        others = self._phantom_pods.get(pod_uid)
-        if others is not None:
-            others.discard(reservation_uid)
-            if not others:
-                del self._phantom_pods[pod_uid]
-        if wake:
-            self._forget_assumed(_phantom_key(reservation_uid))
-        else:
-            self.cache.forget_pod(_phantom_key(reservation_uid))
-
-    def _drop_phantoms_of(self, pod_uid: str, *, wake: bool) -> None:
-        for reservation_uid in list(self._phantom_pods.get(pod_uid, ())):
-            self._drop_phantom(reservation_uid, wake=wake)
+    @property
+    def leases(self) -> Mapping[str, NodeLease]:
+        """The reservation Leases by node, as the informer shows them."""
+        return self.book.leases
 
     def _forget_assumed(self, pod_uid: str) -> None:
         """Forget an assumed pod (a phantom, or a failed bind of ours) and tell the queue, as
@@ -457,16 +376,15 @@ class Scheduler:
                 self.queue.delete(pod)
                 for fw in self.frameworks.values():
                     fw.reject_waiting_pod(uid, "", "the pod was deleted")
-                self._drop_phantoms_of(uid, wake=True)
             self.events.forget(uid)
-            self._mark_gone(uid)
+            self.book.mark_gone(uid)
             return
         if spec.get("nodeName"):
             self.queue.delete(pod)
-            self._drop_phantoms_of(uid, wake=False)  # the pod's own booking takes over
+            self.book.pod_bound(pod)  # its own booking replaces its phantoms
             self.cache.update_pod(pod)
             if phase in _TERMINAL:
-                self._mark_gone(uid)
+                self.book.mark_gone(uid)
                 before = (old.get("status") or {}).get("phase") if old is not None else None
                 if before not in _TERMINAL:
                     if old is not None and (old.get("spec") or {}).get("nodeName"):
@@ -513,28 +431,20 @@ class Scheduler:
         log.warning("assumed pods expired without being seen bound: %s", ", ".join(uids))
         self.queue.on_event("Pod/Delete")
 
+    def _prunable(self, r: Reservation) -> bool:
+        return self.book.prunable(r)
+
     def _count_lease_conflicts(self) -> None:
-        """Move the writer's 409s since the last call into the metric. A global running
-        difference, not one per binding cycle: with group commit several cycles wait on one
-        write, and each would count its conflicts again."""
-        total = self.reservations.conflicts
-        if total > self._conflicts_counted:
-            self.metrics.lease_conflicts.inc(total - self._conflicts_counted)
-            self._conflicts_counted = total
+        self.book.count_conflicts()
 
     def _forget_binding(self, uid: str) -> None:
         self._binding.pop(uid, None)
-
-    def _mark_gone(self, uid: str) -> None:
-        self._gone[uid] = None
-        self._gone.move_to_end(uid)
-        while len(self._gone) > 100_000:
-            self._gone.popitem(last=False)
 
     # ------------------------------------------------------------------ running
 
     async def run(self) -> None:
         """Sync the informers, then schedule until cancelled; stops gracefully."""
+        listed_from = self.clock.now().timestamp()  # no informer has listed before this
         tasks = [
             asyncio.create_task(inf.run(), name=f"informer-{inf.name}") for inf in self.informers
         ]
@@ -543,6 +453,7 @@ class Scheduler:
             for inf in self.informers:
                 await inf.synced.wait()
             log.info("%s: informers synced; scheduling", self.identity)
+            self.book.pods_listed(listed_from)
             self.ready.set()
             tasks.append(asyncio.create_task(self.queue.run(), name="queue-flush"))
             tasks.append(
@@ -551,7 +462,11 @@ class Scheduler:
                     name="cache-cleanup",
                 )
             )
-            tasks.append(asyncio.create_task(self._collect_reservations(), name="reservation-gc"))
+            tasks.append(
+                asyncio.create_task(
+                    self.book.run(self.reservation_gc_period), name="reservation-book"
+                )
+            )
             tasks.append(asyncio.create_task(self._publish_gpu_metrics(), name="gpu-metrics"))
             await self._loop()
         finally:
@@ -804,8 +719,39 @@ class Scheduler:
         assignment: Assignment,
         started: float,
     ) -> None:
+        """Permit wait, reservation, PreBind, Bind (``_bind_steps``); then ``_bound`` or
+        ``_bind_failed``.
+
+        Whatever is raised, the cycle ends by binding the pod or by undoing it (unreserve,
+        forget, requeue): an unexpected exception is a failure like any other (``error``),
+        its reservation released unless a Binding was sent (then the outcome is unknown and
+        the reservation stays counted until it expires or the pod shows up). Cancelled
+        (shutdown), it forgets the pod, requeues it and lets a written reservation expire;
+        the cancellation goes on.
+        """
+        progress = _Progress()
+        try:
+            failure = await self._bind_steps(fw, state, info, node, assignment, progress)
+        except asyncio.CancelledError:
+            self._abandon(fw, state, info, node)
+            raise
+        if failure is None:
+            await self._bound(fw, state, info, node, started)
+        else:
+            await self._bind_failed(fw, state, info, node, progress.reserved, failure, started)
+
+    async def _bind_steps(
+        self,
+        fw: Framework,
+        state: CycleState,
+        info: QueuedPodInfo,
+        node: str,
+        assignment: Assignment,
+        progress: _Progress,
+    ) -> _BindFailure | None:
+        """The binding cycle's steps; returns why it did not bind (``None``: bound), whatever
+        a step raises but cancellation. ``progress`` tells what was written and sent."""
         pod = info.pod
-        cycle = info.cycle
         reserved: Reservation | None = None
         try:
             async with self._bind_slots:
@@ -820,6 +766,7 @@ class Scheduler:
                         assignment.gpu_ids,
                         assignment.vram_mib,
                     )
+                    progress.reserved = reserved
                     try:
                         await self.reservations.reserve(
                             node, reserved, known=self.leases.get(node), prunable=self._prunable
@@ -835,6 +782,7 @@ class Scheduler:
                     raise _BindFailure(
                         "expired", "the device reservation is about to expire; trying again"
                     )
+                progress.bind_sent = True
                 status = await fw.run_bind(state, pod, node)
                 if status.is_success:
                     self.metrics.api_write("pods/binding", "create")
@@ -848,33 +796,50 @@ class Scheduler:
                         )
                     log.info("%s: the Binding landed though its response was lost", _key(pod))
                     self.metrics.api_write("pods/binding", "create")
-        except ReservationConflict as exc:
-            await self._bind_failed(
-                fw, state, info, node, None, "lease_conflict", str(exc), started
-            )
-            return
-        except LeaseFormatError as exc:
-            await self._bind_failed(fw, state, info, node, None, "lease_format", str(exc), started)
-            return
         except _BindFailure as exc:
-            await self._bind_failed(
-                fw, state, info, node, reserved, exc.stage, exc.message, started, exc.outcome
-            )
-            return
+            return exc
+        except ReservationConflict as exc:
+            # Not written, or written and then lost to a conflict: it holds no pod.
+            return _BindFailure("lease_conflict", str(exc), release=False)
+        except LeaseFormatError as exc:
+            return _BindFailure("lease_format", str(exc), release=False)
         except APIError as exc:
-            await self._bind_failed(fw, state, info, node, reserved, "api_error", str(exc), started)
-            return
+            sent = _Outcome.UNKNOWN if progress.bind_sent else None
+            return _BindFailure("api_error", str(exc), sent)
+        except Exception as exc:  # a bug: the pod must not stay assumed and in flight
+            log.exception("binding %s to %s raised", _key(pod), node)
+            sent = _Outcome.UNKNOWN if progress.bind_sent else None
+            return _BindFailure("error", f"{type(exc).__name__}: {exc}", sent)
+        return None
+
+    async def _bound(
+        self, fw: Framework, state: CycleState, info: QueuedPodInfo, node: str, started: float
+    ) -> None:
+        """The pod is bound: finish its cycle; what follows the binding cannot undo it."""
+        pod = info.pod
         self.cache.finish_binding(pod)
-        self.queue.done(info.uid, cycle)
+        self.queue.done(info.uid, info.cycle)
         self.scheduled += 1
-        self.events.scheduled(pod, node)
-        self._attempt("scheduled", fw, started)
-        first = info.initial_attempt_timestamp
-        if first is not None:
-            self.metrics.pod_sli_duration.labels(attempts=str(min(info.attempts, 15))).observe(
-                max(self.clock.monotonic() - first, 0.0)
-            )
-        await fw.run_post_bind(state, pod, node)
+        try:
+            self.events.scheduled(pod, node)
+            self._attempt("scheduled", fw, started)
+            first = info.initial_attempt_timestamp
+            if first is not None:
+                self.metrics.pod_sli_duration.labels(attempts=str(min(info.attempts, 15))).observe(
+                    max(self.clock.monotonic() - first, 0.0)
+                )
+            await fw.run_post_bind(state, pod, node)
+        except Exception:
+            log.exception("after binding %s to %s", _key(pod), node)
+
+    def _abandon(self, fw: Framework, state: CycleState, info: QueuedPodInfo, node: str) -> None:
+        """A binding cycle cancelled (shutdown): forget the pod and requeue it. A reservation
+        it wrote stays in its Lease until it expires (the pod may yet be bound with it)."""
+        fw.run_unreserve(state, info.pod, node)
+        self._forget_assumed(info.uid)
+        self.cache.finish_binding(info.pod)
+        with contextlib.suppress(ValueError):  # not in flight any more (deleted, or done)
+            self.queue.requeue_after_error(info)
 
     async def _bind_failed(
         self,
@@ -883,50 +848,47 @@ class Scheduler:
         info: QueuedPodInfo,
         node: str,
         reserved: Reservation | None,
-        reason: str,
-        message: str,
+        failure: _BindFailure,
         started: float,
-        outcome: _Outcome | None = None,
     ) -> None:
         """Undo a binding cycle that did not bind the pod.
 
-        ``outcome`` is what the API server said of the pod after a failed Binding
+        ``failure.outcome`` is what the API server said of the pod after a failed Binding
         (:meth:`_binding_outcome`); ``None`` when no Binding was sent, so the pod is unbound.
         The reservation is released only when the pod is known not to be bound with it; when
-        that is unknown it stays until it expires unbound (``_prunable``). The pod goes back to
-        the queue, with a FailedScheduling Event, unless it is gone or bound elsewhere (another
-        replica won it: nothing to tell its owner).
+        that is unknown it stays until it expires unbound (the book's prune rule). The pod
+        goes back to the queue, with a FailedScheduling Event, unless it is gone or bound
+        elsewhere (another replica won it: nothing to tell its owner). Everything but the
+        release is done before the first await.
         """
         pod = info.pod
-        log.info("binding %s to %s failed (%s): %s", _key(pod), node, reason, message)
+        outcome = failure.outcome
+        log.info("binding %s to %s failed (%s): %s", _key(pod), node, failure.stage, failure)
         self.failed_binds += 1
-        self.metrics.bind_failures.labels(reason=reason).inc()
+        self.metrics.bind_failures.labels(reason=failure.stage).inc()
         fw.run_unreserve(state, pod, node)
         self._forget_assumed(info.uid)
         self.cache.finish_binding(pod)
         if outcome == _Outcome.UNKNOWN and reserved is not None:
             # The pod may be bound with these devices: they stay counted, as a phantom of the
             # reservation, until the pod shows up bound or the reservation leaves the Lease.
-            self._add_phantom(node, reserved, ours=True)
+            self.book.add_phantom(node, reserved, ours=True)
         self._attempt("error", fw, started)
         if outcome in (_Outcome.GONE, _Outcome.ELSEWHERE):
             self.queue.done(info.uid, info.cycle)
         else:
             with contextlib.suppress(ValueError):  # the pod may have been deleted meanwhile
                 self.queue.requeue_after_error(info)
-            if reason != "lease_conflict":
+            if failure.stage != "lease_conflict":
                 self.events.failed_scheduling(
-                    pod, f"binding to {node} failed: {message}", reason="SchedulerError"
+                    pod, f"binding to {node} failed: {failure}", reason="SchedulerError"
                 )
         if reserved is not None and outcome != _Outcome.UNKNOWN:
-            # Known not to hold the pod: if this release fails, the next write to the Lease
-            # (or the collector) drops it (``_prunable``).
-            self._dead[reserved.uid] = None
-            while len(self._dead) > 10_000:
-                self._dead.popitem(last=False)
-            with contextlib.suppress(APIError, LeaseFormatError):
-                await self.reservations.release(node, [reserved.uid])
-            self._count_lease_conflicts()
+            # Known not to hold the pod: if this release fails (or is not tried), the next
+            # write to the Lease or the collector drops it (the book's prune rule).
+            self.book.mark_dead(reserved.uid)
+            if failure.release:
+                await self.book.release(node, [reserved.uid])
 
     async def _binding_outcome(
         self, pod: dict[str, Any], node: str, assignment: Assignment
@@ -951,45 +913,36 @@ class Scheduler:
             return _Outcome.OURS
         return _Outcome.ELSEWHERE
 
-    # ------------------------------------------------------------------ reservation GC
+    # ------------------------------------------------------------------ metrics
 
-    def _prunable(self, r: Reservation) -> bool:
-        """Whether a reservation no longer protects anything (see gpusched.reservations)."""
-        if r.pod_uid in self._gone or r.uid in self._dead:
-            return True
-        pods = self.pods.items
-        pod = pods.get(r.pod)
-        if pod is not None and pod["metadata"].get("uid") == r.pod_uid:
-            if (pod.get("status") or {}).get("phase") in _TERMINAL:
-                return True
-            if (pod.get("spec") or {}).get("nodeName"):
-                # Bound: keep the reservation it is bound with while the pod may run; any
-                # other one for it (a replica that lost the race) protects nothing.
-                annotations = pod["metadata"].get("annotations") or {}
-                return bool(annotations.get(RESERVATION_UID) != r.uid)
-        # Absent, replaced or still unbound: only once expired (with a grace for slow watches).
-        return r.expires + self.reservation_grace < self.clock.now().timestamp()
+    def _publish_gpu_metrics_once(self) -> None:
+        """GPUs and VRAM allocated per node, from the snapshot; the series of nodes the cache
+        no longer has are removed. O(nodes x GPUs)."""
+        published: set[str] = set()
+        for node_info in self.snapshot.node_infos():
+            name = node_info.name
+            if self.cache.node_info(name) is None:
+                continue  # deleted since the snapshot was taken
+            devices = node_info.ledger.devices
+            allocated = len(devices) - node_info.ledger.free_gpu_count
+            vram = sum(d.reserved_mib for d in devices)
+            self.metrics.node_gpus_allocated.labels(node=name).set(allocated)
+            self.metrics.node_vram_allocated.labels(node=name).set(vram)
+            published.add(name)
+        for name in self._gpu_series - published:
+            if self.cache.node_info(name) is None:
+                with contextlib.suppress(KeyError):
+                    self.metrics.node_gpus_allocated.remove(name)
+                with contextlib.suppress(KeyError):
+                    self.metrics.node_vram_allocated.remove(name)
+            else:
+                published.add(name)  # in the cache, not yet in the snapshot: keep its series
+        self._gpu_series = published
 
     async def _publish_gpu_metrics(self, period: float = 5.0) -> None:
-        """GPUs and VRAM allocated per node, from the snapshot (O(nodes x GPUs) per period)."""
         while True:
-            for node_info in self.snapshot.node_infos():
-                devices = node_info.ledger.devices
-                allocated = len(devices) - node_info.ledger.free_gpu_count
-                vram = sum(d.reserved_mib for d in devices)
-                self.metrics.node_gpus_allocated.labels(node=node_info.name).set(allocated)
-                self.metrics.node_vram_allocated.labels(node=node_info.name).set(vram)
+            self._publish_gpu_metrics_once()
             await self.clock.sleep(period)
-
-    async def _collect_reservations(self) -> None:
-        while True:
-            await self.clock.sleep(self.reservation_gc_period)
-            for node, lease in list(self.leases.items()):
-                stale = [uid for uid, r in lease.reservations.items() if self._prunable(r)]
-                if stale:
-                    with contextlib.suppress(APIError, LeaseFormatError):
-                        await self.reservations.release(node, stale)
-                    self._count_lease_conflicts()
 
 
 class _Outcome(enum.Enum):
@@ -1002,9 +955,30 @@ class _Outcome(enum.Enum):
     UNKNOWN = "could not be read"
 
 
+@dataclass
+class _Progress:
+    """How far a binding cycle got: the reservation it made (perhaps written), and whether a
+    Binding was sent (then the pod may be bound)."""
+
+    reserved: Reservation | None = None
+    bind_sent: bool = False
+
+
 class _BindFailure(Exception):
-    def __init__(self, stage: str, message: str, outcome: _Outcome | None = None) -> None:
+    """Why a binding cycle did not bind: its stage (the ``reason`` of
+    ``gpusched_bind_failures_total``), what the API server said of the pod after a Binding
+    (``None``: none was sent), and whether a written reservation should be released now."""
+
+    def __init__(
+        self,
+        stage: str,
+        message: str,
+        outcome: _Outcome | None = None,
+        *,
+        release: bool = True,
+    ) -> None:
         super().__init__(message)
         self.stage = stage
         self.message = message
         self.outcome = outcome
+        self.release = release

@@ -218,3 +218,20 @@ async def test_a_transient_error_on_the_lease_write_is_retried(code: int) -> Non
         assert faults.total() == 1
         assert set(lease.reservations) == {"r0", "r1"}
         assert set((await w.read("node-1")).reservations) == {"r0", "r1"}
+
+
+async def test_resource_versions_are_opaque_and_the_informer_takes_over_once_it_saw_our_write(
+    kube: Kube,
+) -> None:
+    """``resourceVersion`` is only compared for equality: a write starts from this writer's
+    last write until the informer has delivered it, from the informer's view after."""
+    w = writer(kube, "a")
+    written = await w.reserve("node-1", w.new_reservation("r1", "default/p", "u", [0], [1]))
+    older = NodeLease("node-1", {}, "opaque-older")
+    assert w._newest("node-1", older) is written  # the informer has not shown our write
+    w.observed(NodeLease("node-1", {}, "opaque-other"))
+    assert w._newest("node-1", older) is written
+    w.observed(written)
+    newer = NodeLease("node-1", dict(written.reservations), "opaque-newer")
+    assert w._newest("node-1", newer) is newer
+    assert w._newest("node-2", None) is None

@@ -396,6 +396,13 @@ class Reservations(_Model):
     """How long a reservation Lease holds its devices without renewal (whole seconds, as the
     Lease's ``spec.leaseDurationSeconds``); it must outlast the binding cycle. Default 60."""
 
+    max_clock_skew_seconds: float = Field(default=30.0, ge=0)
+    """The largest difference between two replicas' clocks (seconds) that reservation expiry
+    tolerates: another replica's reservation counts as expired only this long after the
+    expiry it wrote, and as written before this replica's first list of the pods only if it
+    was written this long before (docs/reservations.md). Too small risks pruning a live
+    reservation when clocks drift; too large keeps dead ones longer. Default 30."""
+
 
 class SchedulerConfiguration(_Model):
     """The whole configuration file (upstream's ``KubeSchedulerConfiguration``)."""

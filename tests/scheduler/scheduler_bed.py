@@ -357,8 +357,11 @@ class Bed:
             return
         await asyncio.gather(*(one(body) for body in bodies))
 
-    async def delete_pod(self, name: str) -> None:
-        await self.kube.delete(f"{self.pods_path}/{name}")
+    async def delete_pod(self, name: str, *, now: bool = False) -> None:
+        """Delete a pod; ``now``: with grace period 0, so that it goes at once even when bound
+        to a node no kubelet runs (on a real cluster it would stay terminating)."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+        await self.kube.delete(f"{self.pods_path}/{name}", body if now else None)
 
     async def pods_until(self, done: Callable[[Objects], bool], timeout: float = WAIT) -> Objects:
         return await objects_until(self.kube, self.pods_path, done, timeout=timeout)
@@ -369,9 +372,12 @@ class Bed:
 
     # ------------------------------------------------------------------ the scheduler
 
-    def config(self, *, reservation_seconds: int | None = None) -> SchedulerConfiguration:
+    def config(
+        self, *, reservation_seconds: int | None = None, max_clock_skew: float | None = None
+    ) -> SchedulerConfiguration:
         """The default configuration with this test's scheduler name and reservation
-        namespace (and reservations lasting ``reservation_seconds`` when given)."""
+        namespace (and reservations lasting ``reservation_seconds``, a clock skew tolerance of
+        ``max_clock_skew`` seconds, when given)."""
         config = default_config()
         profile: Profile = config.profiles[0].model_copy(
             update={"scheduler_name": self.scheduler_name}
@@ -379,6 +385,8 @@ class Bed:
         update: dict[str, Any] = {"namespace": self.system_namespace}
         if reservation_seconds is not None:
             update["lease_duration_seconds"] = reservation_seconds
+        if max_clock_skew is not None:
+            update["max_clock_skew_seconds"] = max_clock_skew
         return config.model_copy(
             update={
                 "profiles": [profile],
@@ -389,13 +397,10 @@ class Bed:
     def scheduler(
         self, identity: str, config: SchedulerConfiguration | None = None, **kw: Any
     ) -> Scheduler:
-        return Scheduler(
-            Kube(self.target.api()),
-            config or self.config(),
-            identity=identity,
-            rng=random.Random(1),
-            **kw,
-        )
+        """A Scheduler for this test (not started); its rng is seeded 1 unless ``rng`` is
+        given."""
+        kw.setdefault("rng", random.Random(1))
+        return Scheduler(Kube(self.target.api()), config or self.config(), identity=identity, **kw)
 
     @contextlib.asynccontextmanager
     async def running(

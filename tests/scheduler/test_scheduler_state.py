@@ -46,13 +46,17 @@ from gpusched.framework import (
 from gpusched.framework.config import apply_default_plugins
 from gpusched.inventory import RESOURCE_GPU
 from gpusched.kube.client import Kube, resource_path
+from gpusched.kube.errors import APINotFound
+from gpusched.queue import ACTIVE, BACKOFF
+from gpusched.reservation_book import phantom_key
 from gpusched.reservations import (
     LEASE_PREFIX,
     NODE_LABEL,
     RESERVATIONS_ANNOTATION,
     Reservation,
+    ReservationWriter,
 )
-from gpusched.scheduler import Scheduler, SchedulingResult, _phantom_key
+from gpusched.scheduler import Scheduler, SchedulingResult
 from gpusched.sim import FaultRule, SimCluster
 from gpusched.sim.fleet import ClusterSpec, build_fleet, node_names
 
@@ -196,8 +200,12 @@ def free_gpus(sched: Scheduler, node: str = NODE) -> list[int]:
 
 
 async def held_gpus(sim: SimCluster, node: str = NODE) -> list[int]:
-    """The GPUs the reservations in ``node``'s Lease hold, read from the API."""
-    lease = await sim.kube.get(f"{LEASES}/{LEASE_PREFIX}{node}")
+    """The GPUs the reservations in ``node``'s Lease hold, read from the API (none if the
+    Lease does not exist)."""
+    try:
+        lease = await sim.kube.get(f"{LEASES}/{LEASE_PREFIX}{node}")
+    except APINotFound:
+        return []
     payload = json.loads(lease["metadata"]["annotations"][RESERVATIONS_ANNOTATION])
     return sorted(g for r in payload["r"].values() for g in r["gpus"])
 
@@ -254,7 +262,7 @@ def test_phantom_is_counted_when_its_lease_arrives_before_its_node() -> None:
 
 
 def test_own_dead_reservation_does_not_become_a_phantom() -> None:
-    """A reservation this replica knows holds nothing (``_dead``: its bind failed, the release
+    """A reservation this replica knows holds nothing (``mark_dead``: its bind failed, the release
     is pending or failed) must not become a phantom of its own pod when its Lease event arrives
     after the failure was handled; else this replica cannot assume the pod (CacheError at
     assume, requeue with backoff) until a write or the collector prunes it."""
@@ -263,9 +271,9 @@ def test_own_dead_reservation_does_not_become_a_phantom() -> None:
     pod = gpu_pod("p", 1, uid="uid-p")
     sched._on_pod("ADDED", pod, None)
     r = reservation("r-dead", pod, (0,), holder="me", expires=expiry(clock))
-    sched._dead[r.uid] = None  # _bind_failed marked it before the Lease event came in
+    sched.book.mark_dead(r.uid)  # _bind_failed marked it before the Lease event came in
     sched._on_lease("ADDED", lease_object(NODE, r), None)
-    assert sched.cache.get_pod(_phantom_key("r-dead")) is None, "dead reservation assumed"
+    assert sched.cache.get_pod(phantom_key("r-dead")) is None, "dead reservation assumed"
     assert free_gpus(sched) == [0, 1, 2, 3]
 
 
@@ -281,9 +289,9 @@ def test_stale_phantom_entry_forgets_our_own_inflight_assumption() -> None:
     uid = pod["metadata"]["uid"]
     r = reservation("r-a", pod, (0,), expires=expiry(clock, 3600))
     sched._on_lease("ADDED", lease_object(NODE, r, rv="1"), None)
-    assert sched.cache.is_assumed(_phantom_key("r-a"))  # under a key of its own
+    assert sched.cache.is_assumed(phantom_key("r-a"))  # under a key of its own
     clock._t += 16 * 60  # the assumed-pod TTL (15 min) passes
-    assert sched.cache.cleanup_expired_assumed_pods() == [_phantom_key("r-a")]
+    assert sched.cache.cleanup_expired_assumed_pods() == [phantom_key("r-a")]
     # Our own decision for the pod, its binding cycle in flight.
     sched.cache.assume_pod(pod, NODE, Assignment((0,), (), (), "r-ours"))
     assert sched.cache.is_assumed(uid)
@@ -303,11 +311,11 @@ def test_phantom_bookkeeping_is_dropped_when_the_pod_is_deleted() -> None:
     sched._on_pod("ADDED", pod, None)
     r = reservation("r-a", pod, (0,), expires=expiry(clock))
     sched._on_lease("ADDED", lease_object(NODE, r), None)
-    assert sched.cache.is_assumed(_phantom_key("r-a"))
+    assert sched.cache.is_assumed(phantom_key("r-a"))
     sched._on_pod("DELETED", pod, pod)
-    assert sched.cache.get_pod(_phantom_key("r-a")) is None
-    assert uid not in sched._phantom_pods
-    assert r.uid not in sched._phantoms
+    assert sched.cache.get_pod(phantom_key("r-a")) is None
+    assert uid not in sched.book._phantom_pods
+    assert r.uid not in sched.book._phantoms
 
 
 # ------------------------------------------------ the scheduling cycle (no API either)
@@ -459,3 +467,155 @@ async def test_malformed_lease_does_not_strand_the_pod() -> None:
         uid = pod["metadata"]["uid"]
         assert sched.queue.location(uid) != "in flight", "pod stranded in flight"
         assert not sched.cache.is_assumed(uid), "assumed forever"
+
+
+# ------------------------------------- a binding cycle always ends (exceptions, cancellation)
+
+
+class Injected(Exception):
+    """What the tests below raise inside a binding cycle."""
+
+
+async def boom(*_args: Any, **_kwargs: Any) -> Any:
+    raise Injected("injected")
+
+
+def pod_has_settled(sched: Scheduler, uid: str, *, bound: bool) -> None:
+    """Bound, or back in the queue; never assumed under its own uid, nothing in flight."""
+    assert not sched.cache.is_assumed(uid), "the pod stays assumed"
+    assert not sched.queue._in_flight, f"left in flight: {list(sched.queue._in_flight)}"
+    where = sched.queue.location(uid)
+    if bound:
+        assert where is None, where
+    else:
+        assert where in (BACKOFF, ACTIVE), where
+
+
+@pytest.mark.simonly
+@pytest.mark.parametrize(
+    ("step", "bound", "kept"),
+    [
+        ("permit", False, 0),  # waiting on Permit
+        ("reserve", False, 0),  # the reservation write (the ReservationWriter instance)
+        ("prebind", False, 0),  # written, then PreBind: released, nothing else holds it
+        ("bind", False, 1),  # a Binding may have been sent: its reservation stays
+        ("outcome", False, 1),  # the Binding failed and reading the pod raised: the same
+        ("postbind", True, 1),  # bound: nothing undoes it
+    ],
+)
+async def test_an_exception_at_any_step_of_the_binding_cycle_binds_or_requeues(
+    step: str, bound: bool, kept: int
+) -> None:
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        sched = await synced(sim, clock)
+        fw = next(iter(sched.frameworks.values()))
+        (pod,) = await create_pods(sim, sched, gpu_pod("p", 1))
+        uid = pod["metadata"]["uid"]
+        if step == "permit":
+            fw.wait_on_permit = boom  # type: ignore[method-assign]
+        elif step == "reserve":
+            sched.reservations.reserve = boom  # type: ignore[method-assign]
+        elif step == "prebind":
+            fw.run_pre_bind = boom  # type: ignore[method-assign]
+        elif step == "bind":
+            fw.run_bind = boom  # type: ignore[method-assign]
+        elif step == "outcome":
+
+            async def refused(*_args: Any) -> Status:
+                return Status.error("refused")
+
+            fw.run_bind = refused  # type: ignore[method-assign]
+            sched._binding_outcome = boom  # type: ignore[method-assign]
+        else:
+            fw.run_post_bind = boom  # type: ignore[method-assign]
+        info = sched.queue.pop_nowait()
+        assert info is not None
+        sched.schedule_one(info)
+        task = sched._binding[uid]
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.exception() is None, f"binding task died: {task.exception()!r}"
+        await sched.pods.list()
+        pod_has_settled(sched, uid, bound=bound)
+        assert sched.scheduled == int(bound)
+        assert len(await held_gpus(sim)) == kept
+        current = await sim.kube.get(f"{PODS}/p")
+        assert bool(current["spec"].get("nodeName")) == bound
+
+
+@pytest.mark.simonly
+async def test_a_cancelled_binding_cycle_forgets_and_requeues_and_stays_cancelled() -> None:
+    """Shutdown cancels a binding cycle waiting on Permit after its reservation would have
+    been written: the pod is forgotten and requeued, and the task ends cancelled (the
+    cancellation is not swallowed)."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        sched = await synced(sim, clock)
+        fw = next(iter(sched.frameworks.values()))
+        (pod,) = await create_pods(sim, sched, gpu_pod("p", 1))
+        uid = pod["metadata"]["uid"]
+        entered = asyncio.Event()
+
+        async def forever(*_args: Any) -> Status:
+            entered.set()
+            await asyncio.Future()
+            raise AssertionError("unreachable")
+
+        fw.run_pre_bind = forever  # type: ignore[method-assign]
+        info = sched.queue.pop_nowait()
+        assert info is not None
+        sched.schedule_one(info)
+        task = sched._binding[uid]
+        await entered.wait()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled()
+        pod_has_settled(sched, uid, bound=False)
+        assert len(await held_gpus(sim)) == 1  # written: left to expire
+
+
+# ------------------------------------------------- superseded reservations, GPU gauges
+
+
+@pytest.mark.simonly
+async def test_a_reservation_superseded_by_the_binding_is_released_at_once_and_once() -> None:
+    """Another replica reserved GPU 0 for a pod and stopped (nothing releases it); this
+    replica binds the pod with GPU 1. Once its informer shows the pod bound, the other
+    reservation leaves the Lease at once (the clock does not move: no expiry), in one write;
+    a second replica that saw the same finds the Lease clean and writes nothing."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        probe = await synced(sim, clock)
+        (pod,) = await create_pods(sim, probe, gpu_pod("p", 1))
+        other = ReservationWriter(sim.kube, NS, "other", now=clock.now)
+        await other.reserve(
+            NODE, other.new_reservation("r-other", "default/p", pod["metadata"]["uid"], [0], [1])
+        )
+        sched = await synced(sim, clock)
+        await cycle(sched, pod)
+        assert sched.scheduled == 1
+        assert await held_gpus(sim) == [0, 1]
+        second = await synced(sim, clock)  # sees the pod bound and r-other, as sched will
+        await sched.pods.list()
+        assert sched.book.dirty == {NODE}
+        writes = sum(sched.reservations.writes.values())
+        await sched.book.release_dirty()
+        assert await held_gpus(sim) == [1]
+        assert sum(sched.reservations.writes.values()) == writes + 1
+        assert second.book.dirty == {NODE}
+        await second.book.release_dirty()
+        assert sum(second.reservations.writes.values()) == 0
+        assert second.reservations.conflicts == 0
+
+
+def test_gpu_gauges_of_a_deleted_node_are_removed() -> None:
+    clock = FakeClock()
+    sched = handlers_only(clock)
+    sched.cache.update_snapshot(sched.snapshot)
+    sched._publish_gpu_metrics_once()
+    assert f'gpusched_node_gpus_allocated{{node="{NODE}"}}' in sched.metrics.render().decode()
+    node = build_fleet(SPEC)[0].node
+    sched._on_node("DELETED", node, node)
+    sched._publish_gpu_metrics_once()  # the snapshot still has the node: the cache does not
+    rendered = sched.metrics.render().decode()
+    assert f'node="{NODE}"' not in rendered
