@@ -97,6 +97,17 @@ class EventRecorder:
     def forget(self, uid: str) -> None:
         self._last.pop(uid, None)
 
+    def eventf(
+        self,
+        regarding: Mapping[str, Any],
+        event_type: str,
+        reason: str,
+        action: str,
+        message: str,
+    ) -> None:
+        """An Event about ``regarding`` (best effort, never awaits; ``Handle.events``)."""
+        self._enqueue_event(regarding, event_type, reason, action, message)
+
     def _enqueue_event(
         self, pod: Mapping[str, Any], type_: str, reason: str, action: str, message: str
     ) -> None:

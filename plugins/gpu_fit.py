@@ -94,6 +94,7 @@ from gpusched.annotations import (
 )
 from gpusched.cache import MIG_RESOURCE_PREFIX, TERMINAL_PHASES, pod_requests
 from gpusched.framework import (
+    DEVICE_ASSIGNMENT,
     MAX_NODE_SCORE,
     SUCCESS,
     ActionType,
@@ -109,6 +110,7 @@ from gpusched.framework import (
     PreFilterResult,
     PreScorePlugin,
     QueueingHint,
+    ReservePlugin,
     ScorePlugin,
     SignPlugin,
     StateKey,
@@ -270,7 +272,13 @@ class GPUFitArgs(PluginArgs):
 
 
 class GPUFit(
-    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions, SignPlugin
+    PreFilterPlugin,
+    FilterPlugin,
+    PreScorePlugin,
+    ScorePlugin,
+    ReservePlugin,
+    EnqueueExtensions,
+    SignPlugin,
 ):
     """Chooses the best whole GPUs on each node; prefers connected sets on fuller nodes."""
 
@@ -464,6 +472,27 @@ class GPUFit(
             numerator = MAX_NODE_SCORE * (wt * choice.topology_score * whole + wp * used * best)
             return numerator // ((wt + wp) * best * whole), SUCCESS
         return (MAX_NODE_SCORE * used // whole if wp else 0), SUCCESS
+
+    # -- Reserve -----------------------------------------------------------------------------
+
+    def reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status:
+        """Write the GPUs Filter chose on ``node_name`` as :data:`DEVICE_ASSIGNMENT` (nothing
+        for a pod asking no whole GPUs); the scheduler assumes the pod with them."""
+        choices = state.get(GPU_CHOICES)
+        if choices is None:
+            return SUCCESS
+        choice = choices.get(node_name)
+        if choice is None:
+            return Status.error(
+                f"no GPU choice for node {node_name!r}: GPUFit's Filter did not pass it this "
+                f"cycle (is GPUFit enabled at filter as well as reserve?)",
+                plugin=NAME,
+            )
+        state.write(DEVICE_ASSIGNMENT, choice.to_assignment())
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
+        state.delete(DEVICE_ASSIGNMENT)
 
     # -- events ----------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from .config import (
     EXTENSION_POINTS,
     KIND,
     ConfigError,
+    ConfigOrigin,
     DisabledPlugin,
     LeaderElection,
     PluginArgs,
@@ -57,6 +58,7 @@ from .config import (
 )
 from .cycle_state import CycleState, StateData, StateKey, StateNotFoundError
 from .interfaces import (
+    DEVICE_ASSIGNMENT,
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
     WILDCARD,
@@ -65,8 +67,10 @@ from .interfaces import (
     ClusterEvent,
     ClusterEventWithHint,
     EnqueueExtensions,
+    EventRecorder,
     FilterPlugin,
     Handle,
+    NodeLister,
     NodeScore,
     PermitPlugin,
     Plugin,
@@ -87,6 +91,7 @@ from .interfaces import (
     ScoreExtensions,
     ScorePlugin,
     SignPlugin,
+    WaitingPod,
 )
 from .registry import (
     DuplicatePluginError,
@@ -95,13 +100,15 @@ from .registry import (
     RegistryEntry,
     RegistryError,
     UnknownPluginError,
+    default_registry,
     in_tree,
 )
-from .runtime import MAX_PERMIT_TIMEOUT, Framework, Observer, WaitingPod, build_frameworks
+from .runtime import MAX_PERMIT_TIMEOUT, Framework, Observer, build_frameworks
 from .status import SKIP, SUCCESS, Code, Status, StatusError
 
 __all__ = [
     "API_VERSION",
+    "DEVICE_ASSIGNMENT",
     "EXTENSION_POINTS",
     "KIND",
     "MAX_NODE_SCORE",
@@ -116,14 +123,17 @@ __all__ = [
     "ClusterEventWithHint",
     "Code",
     "ConfigError",
+    "ConfigOrigin",
     "CycleState",
     "DisabledPlugin",
     "DuplicatePluginError",
     "EnqueueExtensions",
+    "EventRecorder",
     "FilterPlugin",
     "Framework",
     "Handle",
     "LeaderElection",
+    "NodeLister",
     "NodeScore",
     "Observer",
     "PermitPlugin",
@@ -169,6 +179,7 @@ __all__ = [
     "build_frameworks",
     "default_config",
     "default_plugins",
+    "default_registry",
     "in_tree",
     "load_config",
     "merge_plugin_set",

@@ -281,6 +281,6 @@ def test_a_typo_in_the_one_line_says_what_exists(plugins_package: str) -> None:
     with pytest.raises(ConfigError) as info:
         framework(plugins_package, CONFIG.replace("PreferH100", "PreferH200", 1))
     assert str(info.value) == (
-        "gpusched.yaml: profiles[0].plugins.multiPoint: unknown plugin 'PreferH200'; known "
+        "gpusched.yaml:5: profiles[0].plugins.multiPoint: unknown plugin 'PreferH200'; known "
         "plugins: DefaultBinder, MinGPUMemory, PreferH100, PrioritySort"
     )
