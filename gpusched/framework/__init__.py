@@ -10,11 +10,13 @@ Modules, from the bottom up::
     cycle_state   CycleState, StateKey: per-cycle data, written in PreFilter, read in Filter/Score
     interfaces    one base class per extension point, with its contract; events and hints
     config        SchedulerConfiguration (pydantic), load_config, default-plugin merging
-    registry      PluginRegistry: names -> factories; in-tree discovery, entry points
+    registry      PluginRegistry: names -> factories; in-tree discovery, entry points,
+                  default_registry() (both, loaded once)
     runtime       Framework: a profile's plugins, instantiated once, run per extension point
 
-Writing a plugin is one subclass and one line of configuration: see ``interfaces`` and the
-README's "Writing a plugin".
+Writing a plugin is one subclass and one line of configuration: see ``interfaces``, the
+README's "Writing a plugin" and docs/plugins.md (every extension point's contract, signing,
+the ``Handle``, ``DEVICE_ASSIGNMENT``, entry points, testing).
 
 Exceptions::
 

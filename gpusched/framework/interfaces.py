@@ -8,9 +8,9 @@ The two cycles::
 
     queue:             PreEnqueue (gate), QueueSort (order)
     scheduling cycle:  PreFilter -> Filter* -> [PostFilter if no node fits]
-    (serial, in memory,   -> PreScore -> Score* -> NormalizeScore -> Reserve -> Permit
-     never awaits)
-    binding cycle:     wait on Permit -> PreBind -> Bind -> PostBind
+    (serial, in memory,   -> PreScore -> Score* -> NormalizeScore -> Reserve -> (assume)
+     never awaits)        -> Permit
+    binding cycle:     wait on Permit -> (device Lease) -> PreBind -> Bind -> PostBind
     (asyncio task)
     (* once per node; any failure after Reserve: Unreserve, every plugin, in reverse order)
 
@@ -28,7 +28,8 @@ PreBind, Bind and PostBind are coroutines. Defining them the other way round is 
 at import.
 
 Pods are plain dicts (the JSON the API server returns); node_info is the scheduler cache's
-``NodeInfo`` for one node in this cycle's snapshot.
+``NodeInfo`` for one node in this cycle's snapshot. The guide for plugin authors, with these
+contracts in brief, signing, the ``Handle`` and testing: docs/plugins.md.
 """
 
 from __future__ import annotations

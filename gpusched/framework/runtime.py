@@ -24,9 +24,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from pydantic import ValidationError
 
@@ -184,8 +184,6 @@ def _pod_name(pod: Pod) -> str:
 
 # -- timing, wrapped once -------------------------------------------------------------------
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 _F = TypeVar("_F", bound=Callable[..., Any])
 _Entries = tuple[tuple[str, _F], ...]
 _ScoreEntry: TypeAlias = (
@@ -241,52 +239,34 @@ def _timed(observer: Observer, point: str, name: str, fn: _F, code_of: Callable[
     return timed  # type: ignore[return-value]
 
 
-def _point(
-    point: str, code_of: Callable[[_R], Code]
-) -> Callable[[Callable[Concatenate[Framework, _P], _R]], Callable[Concatenate[Framework, _P], _R]]:
-    """Decorates a ``run_*`` method: with an observer, its duration is reported as the
-    extension point's, with the status ``code_of`` reads from its result."""
+def _point(point: str, code_of: Callable[[Any], Code]) -> Callable[[_F], _F]:
+    """Decorates a ``run_*`` method (plain or async): with an observer, its duration is
+    reported as the extension point's, with the status ``code_of`` reads from its result."""
 
-    def decorate(
-        method: Callable[Concatenate[Framework, _P], _R],
-    ) -> Callable[Concatenate[Framework, _P], _R]:
+    def decorate(method: _F) -> _F:
+        if asyncio.iscoroutinefunction(method):
+
+            @functools.wraps(method)
+            async def run_async(self: Framework, *args: Any) -> Any:
+                if self._observer is None:
+                    return await method(self, *args)
+                start = perf_counter()
+                out = await method(self, *args)
+                self._observer.extension_point_duration(point, code_of(out), perf_counter() - start)
+                return out
+
+            return run_async  # type: ignore[return-value]
+
         @functools.wraps(method)
-        def run(self: Framework, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-            observer = self._observer
-            if observer is None:
-                return method(self, *args, **kwargs)
+        def run(self: Framework, *args: Any) -> Any:
+            if self._observer is None:
+                return method(self, *args)
             start = perf_counter()
-            out = method(self, *args, **kwargs)
-            observer.extension_point_duration(point, code_of(out), perf_counter() - start)
+            out = method(self, *args)
+            self._observer.extension_point_duration(point, code_of(out), perf_counter() - start)
             return out
 
-        return run
-
-    return decorate
-
-
-def _point_async(
-    point: str, code_of: Callable[[_R], Code]
-) -> Callable[
-    [Callable[Concatenate[Framework, _P], Awaitable[_R]]],
-    Callable[Concatenate[Framework, _P], Awaitable[_R]],
-]:
-    """``_point`` for the binding cycle's coroutines."""
-
-    def decorate(
-        method: Callable[Concatenate[Framework, _P], Awaitable[_R]],
-    ) -> Callable[Concatenate[Framework, _P], Awaitable[_R]]:
-        @functools.wraps(method)
-        async def run(self: Framework, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-            observer = self._observer
-            if observer is None:
-                return await method(self, *args, **kwargs)
-            start = perf_counter()
-            out = await method(self, *args, **kwargs)
-            observer.extension_point_duration(point, code_of(out), perf_counter() - start)
-            return out
-
-        return run
+        return run  # type: ignore[return-value]
 
     return decorate
 
@@ -1071,7 +1051,7 @@ class Framework:
             observer.permit_wait_duration(status.code, perf_counter() - start)
         return status
 
-    @_point_async("PreBind", _status_code)
+    @_point("PreBind", _status_code)
     async def run_pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """PreBind in order; the first failure stops (the caller then unreserves)."""
         name = ""
@@ -1084,7 +1064,7 @@ class Framework:
             return _raised("PreBind", name, exc)
         return SUCCESS
 
-    @_point_async("Bind", _status_code)
+    @_point("Bind", _status_code)
     async def run_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """Bind plugins in order until one does not return Skip; its status is the result.
 
@@ -1101,7 +1081,7 @@ class Framework:
             return _raised("Bind", name, exc)
         return Status.skip()
 
-    @_point_async("PostBind", _no_code)
+    @_point("PostBind", _no_code)
     async def run_post_bind(self, state: CycleState, pod: Pod, node_name: str) -> None:
         """Informational PostBind plugins; exceptions are logged, and all plugins run."""
         for name, fn in self._post_bind_t if state.record_plugin_metrics else self._post_bind:

@@ -18,6 +18,7 @@ import asyncio
 import importlib.util
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -210,3 +211,17 @@ def test_a_plugin_that_does_not_sign_is_named_once_at_start(
     with caplog.at_level(logging.WARNING, logger="gpusched.scheduler"):
         Scheduler(Kube(cast(Any, None)), apply_default_plugins(SchedulerConfiguration()))
     assert not [r for r in caplog.records if "SignPlugin" in r.getMessage()]  # all sign
+
+
+def test_the_readme_shows_what_this_test_runs() -> None:
+    """The README's "Writing a plugin" shows the package's two files and this configuration,
+    verbatim (each code block after its first line, which names the file)."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Writing a plugin", 1)[1].split("\n## ", 1)[0]
+    blocks = {
+        body.split("\n", 1)[0]: body.split("\n", 1)[1]
+        for body in re.findall(r"```\w+\n(.*?)```", section, flags=re.DOTALL)
+    }
+    assert blocks["# prefer_h100.py"] == (PACKAGE / "prefer_h100.py").read_text()
+    assert blocks["# pyproject.toml"] == (PACKAGE / "pyproject.toml").read_text()
+    assert blocks["# gpusched.yaml"] == CONFIG
