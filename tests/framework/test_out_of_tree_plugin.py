@@ -19,6 +19,7 @@ import importlib.util
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,20 +64,24 @@ profiles:
 """
 
 
-def install(target: Path) -> None:
+def install(target: Path, scratch: Path) -> None:
     """``pip install`` the plugin package into ``target``, as its author's users would.
 
-    Without build isolation when this environment can build a wheel by itself (setuptools
-    70.1 or later, or the ``wheel`` package); else pip sets up the build requirements from
-    the configured index, as it did for gpusched itself.
+    From a copy in ``scratch``, as pip builds in the source folder. Without build isolation
+    when this environment can build a wheel by itself (setuptools 70.1 or later, or the
+    ``wheel`` package); else pip sets up the build requirements from the configured index, as
+    it did for gpusched itself.
     """
     import setuptools
+
+    source = scratch / PACKAGE.name
+    shutil.copytree(PACKAGE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
 
     major, minor = (int(x) for x in setuptools.__version__.split(".")[:2])
     can_build = (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
     isolation = ["--no-build-isolation"] if can_build else []
     command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", *isolation]
-    command += ["--target", str(target), str(PACKAGE)]
+    command += ["--target", str(target), str(source)]
     subprocess.run(command, check=True, capture_output=True, timeout=120)
 
 
@@ -132,7 +137,7 @@ async def test_an_installed_plugin_package_changes_where_pods_go(
     sim: SimCluster, tmp_path: Path
 ) -> None:
     site = tmp_path / "site"
-    install(site)
+    install(site, tmp_path)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
