@@ -280,6 +280,7 @@ async def _kubelet(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from gpusched.framework import RegistryError
     from gpusched.sim.run import run_workload
     from gpusched.sim.workload import WorkloadError, load_workload
 
@@ -288,7 +289,10 @@ async def _run(args: argparse.Namespace) -> int:
         workload = load_workload(args.workload)
     except WorkloadError as exc:
         raise UsageError(str(exc)) from None
-    await run_workload(spec, workload, timeout=args.timeout, freeze_gc=True)
+    try:
+        await run_workload(spec, workload, timeout=args.timeout, freeze_gc=True)
+    except RegistryError as exc:  # an installed plugin package that does not load
+        raise UsageError(str(exc)) from None
     return 0
 
 
