@@ -250,7 +250,7 @@ class Scheduler:
                     "plugin%s %s %s not a SignPlugin: pods of profile %s are not batched into "
                     "equivalence classes (the fast path) and each takes a full Filter and Score "
                     "cycle; implement sign_pod() returning what of the pod the plugin's "
-                    "PreFilter, Filter and Score read (see docs/plugins.md, \"Signing\")",
+                    "PreFilter, Filter and Score read (see Signing in docs/plugins.md)",
                     "s" if len(unsigned) > 1 else "",
                     ", ".join(unsigned),
                     "are" if len(unsigned) > 1 else "is",

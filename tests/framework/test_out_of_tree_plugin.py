@@ -210,7 +210,7 @@ def test_a_plugin_that_does_not_sign_is_named_once_at_start(
         "plugin Unsigned is not a SignPlugin: pods of profile gpusched are not batched into "
         "equivalence classes (the fast path) and each takes a full Filter and Score cycle; "
         "implement sign_pod() returning what of the pod the plugin's PreFilter, Filter and Score "
-        'read (see docs/plugins.md, "Signing")'
+        "read (see Signing in docs/plugins.md)"
     ]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="gpusched.scheduler"):
