@@ -146,8 +146,7 @@ def _inmem_once(
     profile: str, nodes: list[Any], args: argparse.Namespace, seed: int
 ) -> dict[str, float]:
     from gpusched.annotations import Assignment
-    from gpusched.framework import CycleState
-    from gpusched.plugins.default_binder import ASSIGNMENT
+    from gpusched.framework import DEVICE_ASSIGNMENT, CycleState
 
     gc.unfreeze()
     gc.collect()
@@ -177,13 +176,13 @@ def _inmem_once(
         if result.node is None:
             why = result.status or result.statuses
             raise RuntimeError(f"{profile}: pod {i} did not fit: {why}")
-        chosen = result.assignment or Assignment((), (), (), "")
+        status = fw.run_reserve(state, pod, result.node)  # GPUFit writes DEVICE_ASSIGNMENT
+        chosen = state.get(DEVICE_ASSIGNMENT) or Assignment((), (), (), "")
         assignment = Assignment(
             chosen.gpu_ids, chosen.gpu_uuids, chosen.vram_mib, str(uuid.uuid4())
         )
+        state.write(DEVICE_ASSIGNMENT, assignment)
         cache.assume_pod(pod, result.node, assignment)
-        state.write(ASSIGNMENT, assignment)
-        status = fw.run_reserve(state, pod, result.node)
         if status.is_success:
             status = fw.run_permit(state, pod, result.node)
         # --- the binding cycle, once the Binding is written

@@ -16,8 +16,11 @@ its last attempt read the leader Lease (it can take over). It exits 0 after SIGT
 over at once), and 1 when leadership is lost ("leaderelection lost", as kube-scheduler) or the
 scheduler crashes (logged with its traceback), so that the kubelet restarts it.
 
-Errors in what the user gave (an unknown cluster name, a broken YAML file, a bad fault spec)
-end the command with a message saying what to fix and exit status 2, never a traceback.
+Plugins: the in-tree ones and those installed packages declare under the ``gpusched.plugins``
+entry-point group (docs/plugins.md). Errors in what the user gave (an unknown cluster name, a
+broken YAML file, an unknown plugin, a plugin package that does not load, a bad fault spec)
+end the command with a message saying what to fix (for a configuration, its file and line) and
+exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -277,6 +280,7 @@ async def _kubelet(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from gpusched.framework import RegistryError
     from gpusched.sim.run import run_workload
     from gpusched.sim.workload import WorkloadError, load_workload
 
@@ -285,7 +289,10 @@ async def _run(args: argparse.Namespace) -> int:
         workload = load_workload(args.workload)
     except WorkloadError as exc:
         raise UsageError(str(exc)) from None
-    await run_workload(spec, workload, timeout=args.timeout, freeze_gc=True)
+    try:
+        await run_workload(spec, workload, timeout=args.timeout, freeze_gc=True)
+    except RegistryError as exc:  # an installed plugin package that does not load
+        raise UsageError(str(exc)) from None
     return 0
 
 
@@ -314,7 +321,7 @@ async def _scheduler(args: argparse.Namespace) -> int:
 
 
 async def _run_scheduler(args: argparse.Namespace, stop: asyncio.Event) -> int:
-    from gpusched.framework import ConfigError, default_config, load_config
+    from gpusched.framework import ConfigError, RegistryError, default_config, load_config
     from gpusched.leader import LeaderElectionConfig, LeaderElector
     from gpusched.metrics import Metrics, OperationsServer
     from gpusched.scheduler import Scheduler
@@ -331,8 +338,10 @@ async def _run_scheduler(args: argparse.Namespace, stop: asyncio.Event) -> int:
     kube = await _connect(args)
     metrics = Metrics()
     try:
+        # The in-tree plugins and the installed entry points (gpusched.plugins), loaded once;
+        # configuration errors name the file and line (the configuration keeps its origin).
         scheduler = Scheduler(kube, config, identity=args.identity, metrics=metrics)
-    except ConfigError as exc:
+    except (ConfigError, RegistryError) as exc:
         await kube.close()
         raise UsageError(str(exc)) from None
     elector: LeaderElector | None = None

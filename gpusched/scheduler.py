@@ -8,9 +8,10 @@ The shape is kube-scheduler's (pkg/scheduler/schedule_one.go):
   pods' assignment annotations and the Leases first.
 - **The scheduling cycle** (``schedule_one``) is serial and never awaits: pop a pod, update the
   frozen snapshot, PreFilter, then the pod's equivalence class (``gpusched.equivalence``) or
-  Filter over a sample of the nodes (``percentageOfNodesToScore``) and Score; pick a node and
-  the device assignment the Reserve plugin chose, *assume* the pod in the cache, Reserve,
-  Permit, and start the binding cycle. O(nodes evaluated x plugins) per pod.
+  Filter over a sample of the nodes (``percentageOfNodesToScore``) and Score; pick a node;
+  Reserve (the device plugin writes the devices it chose there as ``DEVICE_ASSIGNMENT``),
+  *assume* the pod in the cache with them, Permit, and start the binding cycle. O(nodes
+  evaluated x plugins) per pod.
 - **The binding cycle** (``_binding_cycle``) is an asyncio task per pod: wait on Permit, write
   the reservation into the node's Lease (``gpusched.reservations``, optimistic concurrency),
   PreBind, Bind (the Binding carries the decision as annotations), PostBind. It always ends
@@ -49,6 +50,7 @@ from gpusched.clock import Clock, RealClock
 from gpusched.equivalence import EquivalenceCache, Placement
 from gpusched.events import EventRecorder
 from gpusched.framework import (
+    DEVICE_ASSIGNMENT,
     ActionType,
     ClusterEvent,
     Code,
@@ -60,7 +62,7 @@ from gpusched.framework import (
     SchedulerConfiguration,
     Status,
     build_frameworks,
-    in_tree,
+    default_registry,
 )
 from gpusched.inventory import InventoryError, inventory_from_object
 from gpusched.kube.client import Kube, resource_path
@@ -177,12 +179,7 @@ def _scheduling_properties(node: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _assignment(state: CycleState, node: str) -> Assignment | None:
-    """The GPUs GPUFit chose on ``node`` this cycle (no reservation uid yet), if any."""
-    from gpusched.plugins.gpu_fit import choice_for
-
-    choice = choice_for(state, node)
-    return choice.to_assignment() if choice is not None else None
+_NO_DEVICES = Assignment((), (), (), "")
 
 
 def _key(pod: Mapping[str, Any]) -> str:
@@ -216,20 +213,43 @@ class Scheduler:
         self.clock = clock or RealClock()
         self.metrics = metrics or Metrics()
         self.rng = rng or random.Random()
+        # What the plugins' Handle gives them, made before the frameworks that hand it out.
+        self.snapshot = Snapshot()
+        self.events = EventRecorder(
+            kube,
+            self.clock,
+            instance=self.identity,
+            on_write=self.metrics.api_write,
+            metrics=self.metrics,
+        )
         self.frameworks: dict[str, Framework] = build_frameworks(
             self.config,
-            registry or in_tree(),
+            registry if registry is not None else default_registry(),
             clock=self.clock,
             observer_for=self.metrics.observer,
             kube=kube,
+            node_lister=self.snapshot,
+            events=self.events,
         )
         first = next(iter(self.frameworks.values()))
         self._hints = event_hints(self.frameworks.values())
         self.cache = SchedulerCache(self.clock)
-        self.snapshot = Snapshot()
         self.equivalence = (
             EquivalenceCache(self.rng) if self.config.opportunistic_batching else None
         )
+        for fw in self.frameworks.values() if self.equivalence is not None else ():
+            unsigned = fw.unsigned_plugins()
+            if unsigned:
+                log.warning(
+                    "plugin%s %s %s not a SignPlugin: pods of profile %s are not batched into "
+                    "equivalence classes (the fast path) and each takes a full Filter and Score "
+                    "cycle; implement sign_pod() returning what of the pod the plugin's "
+                    "PreFilter, Filter and Score read (see Signing in docs/plugins.md)",
+                    "s" if len(unsigned) > 1 else "",
+                    ", ".join(unsigned),
+                    "are" if len(unsigned) > 1 else "is",
+                    fw.profile_name,
+                )
         incoming: dict[tuple[str, str], Any] = {}  # the counter's children, looked up once
 
         def count_incoming(queue: str, event: str) -> None:
@@ -264,13 +284,6 @@ class Scheduler:
             lease_duration=res.lease_duration_seconds,
             now=self.clock.now,
             on_write=self.metrics.api_write,
-        )
-        self.events = EventRecorder(
-            kube,
-            self.clock,
-            instance=self.identity,
-            on_write=self.metrics.api_write,
-            metrics=self.metrics,
         )
         self.book = ReservationBook(
             self.cache,
@@ -526,29 +539,33 @@ class Scheduler:
             self._unschedulable(fw, state, info, result, started)
             return result
         node = result.node
-        assignment = result.assignment or Assignment((), (), (), "")
-        assignment = Assignment(
-            assignment.gpu_ids,
-            assignment.gpu_uuids,
-            assignment.vram_mib,
-            str(uuid.UUID(int=self._ids.getrandbits(128), version=4)),
-        )
-        try:
-            self.cache.assume_pod(pod, node, assignment)
-        except CacheError as exc:
-            log.warning("assuming %s on %s failed: %s", _key(pod), node, exc)
-            self._attempt("error", fw, started)
-            self.queue.requeue_after_error(info)
-            return SchedulingResult(None, status=Status.error(exc))
-        from gpusched.plugins.default_binder import ASSIGNMENT
-
-        state.write(ASSIGNMENT, assignment)
+        # Reserve, then assume: the device plugin's Reserve writes DEVICE_ASSIGNMENT, and the
+        # pod is assumed with those devices (stamped with a reservation uid) so that the next
+        # cycle's snapshot has them taken (the key's contract, gpusched.framework).
+        assignment: Assignment | None = None
         status = fw.run_reserve(state, pod, node)
         if status.is_success:
+            devices = state.get(DEVICE_ASSIGNMENT) or _NO_DEVICES
+            assignment = Assignment(
+                devices.gpu_ids,
+                devices.gpu_uuids,
+                devices.vram_mib,
+                str(uuid.UUID(int=self._ids.getrandbits(128), version=4)),
+            )
+            state.write(DEVICE_ASSIGNMENT, assignment)
+            try:
+                self.cache.assume_pod(pod, node, assignment)
+            except CacheError as exc:
+                fw.run_unreserve(state, pod, node)
+                log.warning("assuming %s on %s failed: %s", _key(pod), node, exc)
+                self._attempt("error", fw, started)
+                self.queue.requeue_after_error(info)
+                return SchedulingResult(None, status=Status.error(exc))
             status = fw.run_permit(state, pod, node)
         if not (status.is_success or status.is_wait):
             fw.run_unreserve(state, pod, node)
-            self.cache.forget_pod(pod)  # nothing was bound: no event (upstream neither)
+            if assignment is not None:
+                self.cache.forget_pod(pod)  # nothing was bound: no event (upstream neither)
             if status.is_rejected:
                 info.unschedulable_plugins = {status.plugin} if status.plugin else set()
                 self.queue.add_unschedulable(info)
@@ -557,6 +574,7 @@ class Scheduler:
             self.events.failed_scheduling(pod, status.message())
             self._attempt("unschedulable" if status.is_rejected else "error", fw, started)
             return SchedulingResult(None, status=status)
+        assert assignment is not None  # Reserve and Permit succeeded
         task = asyncio.create_task(
             self._binding_cycle(fw, state, info, node, assignment, started),
             name=f"bind-{_key(pod)}",
@@ -587,7 +605,7 @@ class Scheduler:
             if signature is not None:
                 placed = self.equivalence.place(fw, state, pod, signature, self.snapshot)
                 if placed is not None:
-                    return self._placed(state, placed)
+                    return self._placed(placed)
         wanted = num_feasible_nodes_to_find(n, self.config.percentage_of_nodes_to_score)
         feasible = []
         statuses: dict[str, Status] = {}
@@ -633,18 +651,12 @@ class Scheduler:
                     if self.rng.randrange(ties) == 0:
                         chosen_name = node_score.name
             chosen = next(ni for ni in feasible if ni.name == chosen_name)
-        return SchedulingResult(
-            chosen.name,
-            _assignment(state, chosen.name),
-            evaluated=evaluated,
-            feasible=len(feasible),
-        )
+        return SchedulingResult(chosen.name, evaluated=evaluated, feasible=len(feasible))
 
     @staticmethod
-    def _placed(state: CycleState, placed: Placement) -> SchedulingResult:
+    def _placed(placed: Placement) -> SchedulingResult:
         return SchedulingResult(
             placed.node,
-            _assignment(state, placed.node) if placed.node is not None else None,
             statuses=placed.statuses,
             status=placed.status,
             evaluated=placed.evaluated,

@@ -14,11 +14,11 @@ same write, so a bound pod always carries the devices it was given
 (:func:`gpusched.annotations.assignment_annotations`). The ``uid`` is a precondition: a pod
 deleted and re-created under the same name is not bound by mistake.
 
-The assignment comes from the cycle state: the scheduler writes :data:`ASSIGNMENT` (the
-``GPUChoice`` of :mod:`gpusched.plugins.gpu_fit` with the reservation's UID) before the binding
-cycle; a pod without GPUs has none and is bound without annotations. The API client is the
-framework's (``Handle.kube``), read at bind time, so a framework built without one (tests,
-``gpusched config check``) still builds.
+The assignment comes from the cycle state: :data:`gpusched.framework.DEVICE_ASSIGNMENT`, which
+the device plugin's Reserve wrote and the scheduler stamped with the reservation's UID; without
+it the pod is bound without annotations. The API client is the framework's (``Handle.kube``),
+read at bind time, so a framework built without one (tests, ``gpusched config check``) still
+builds.
 
 Failures are Errors (the pod is unreserved and retried after backoff), with what happened:
 a 409 means the pod was bound meanwhile (by another scheduler replica or a user) or is being
@@ -30,17 +30,22 @@ from __future__ import annotations
 from typing import Any, Final, Self
 
 from gpusched.annotations import Assignment, assignment_annotations
-from gpusched.framework import SUCCESS, BindPlugin, Code, CycleState, Handle, Pod, StateKey, Status
+from gpusched.framework import (
+    DEVICE_ASSIGNMENT,
+    SUCCESS,
+    BindPlugin,
+    Code,
+    CycleState,
+    Handle,
+    Pod,
+    Status,
+)
 from gpusched.kube import APIConflict, APIError, APINotFound
 from gpusched.kube.client import resource_path
 
-__all__ = ["ASSIGNMENT", "NAME", "DefaultBinder", "binding_body"]
+__all__ = ["NAME", "DefaultBinder", "binding_body"]
 
 NAME: Final = "DefaultBinder"
-
-ASSIGNMENT: Final = StateKey[Assignment]("gpusched.io/assignment")
-"""The devices the pod gets on the chosen node, reservation UID included. Written by the
-scheduler (after Reserve, before the binding cycle) for pods that get GPUs; read by Bind."""
 
 
 def binding_body(pod: Pod, node_name: str, assignment: Assignment | None) -> dict[str, Any]:
@@ -75,7 +80,7 @@ class DefaultBinder(BindPlugin):
         return cls(handle)
 
     async def bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
-        body = binding_body(pod, node_name, state.get(ASSIGNMENT))
+        body = binding_body(pod, node_name, state.get(DEVICE_ASSIGNMENT))
         meta = body["metadata"]
         who = f"pod {meta['namespace']}/{meta['name']}"
         path = resource_path("", "v1", "pods", meta["namespace"], meta["name"], "binding")

@@ -1,75 +1,24 @@
 """GPUFit: which node, and which of its GPUs, a pod asking for whole GPUs gets.
 
 kube-scheduler counts ``nvidia.com/gpu`` as a number and leaves the devices to the kubelet's
-device plugin. gpusched picks the devices itself, so that a multi-GPU pod gets GPUs that are
-joined by NVLink rather than GPUs that talk across the CPU sockets. GPUFit is where that choice
-is made, once per node per scheduling cycle, and recorded for the scheduler.
+device plugin; gpusched picks them itself, so that a multi-GPU pod gets GPUs joined by NVLink.
 
-**PreFilter** parses the pod once: its gpusched annotations (a malformed
-``gpusched.io/priority`` or assignment annotation is UnschedulableAndUnresolvable with the
-:class:`~gpusched.annotations.AnnotationError` message, which the scheduler reports as an
-Event), and its whole-GPU request ``N`` (``nvidia.com/gpu`` in the effective requests, read
-with :func:`gpusched.cache.pod_requests` as the cache reads them; the API server defaults
-requests from limits for extended resources). A pod asking no whole GPUs returns Skip: GPUFit's
-Filter and Score do not run for it. A pod asking whole GPUs and MIG devices together is
-rejected (a claim is one or the other). It writes :data:`GPU_CHOICES`, empty.
+- **PreFilter** parses the pod once (its whole-GPU request ``N``; malformed gpusched
+  annotations are UnschedulableAndUnresolvable); a pod asking no whole GPUs is Skip.
+- **Filter** checks the node (advertised, free in the device ledger, ``allocatable -
+  requested``, no device conflict) and, if the pod fits, *chooses* its ``N`` GPUs there
+  (:mod:`gpusched.topology.selection`: the best-connected free set, leaving the rest well
+  connected), recorded in :data:`GPU_CHOICES`. Memoised per node-info generation and per
+  topology, so an unchanged node costs a dict lookup.
+- **Score** weighs the chosen set's connectivity against bin packing (``topologyWeight``,
+  ``binPackingWeight``), integer arithmetic in 0..100.
+- **Reserve** writes the choice on the chosen node as :data:`gpusched.framework.DEVICE_ASSIGNMENT`,
+  which the scheduler assumes in its cache and DefaultBinder puts on the Binding.
+- **SignPod**: pods asking no whole GPUs sign alike; ``N`` and the priority when the score
+  depends on the node alone (``N = 1`` or ``topologyWeight`` 0); else ``None``.
 
-**Filter** checks the node and, if the pod fits, *chooses* its devices:
-
-- ``status.allocatable`` unreadable (``NodeInfo.error``): UnschedulableAndUnresolvable;
-- fewer than ``N`` GPUs advertised (``allocatable["nvidia.com/gpu"]``) or present (GPUs with
-  MIG off in the ledger): UnschedulableAndUnresolvable;
-- fewer than ``N`` left by ``allocatable - requested`` (``Insufficient nvidia.com/gpu``, as
-  NodeResourcesFit says it) or free in the node's device ledger (``Insufficient free GPUs``):
-  Unschedulable; preemption could free them;
-- a pod on the node whose devices the ledger could not book (a *conflict*, see
-  :mod:`gpusched.cache.nodeinfo`): Unschedulable, since which GPUs are really free is unknown
-  until the conflict clears;
-- otherwise the best set of ``N`` free GPUs (below) goes into ``GPU_CHOICES[node]`` as a
-  :class:`GPUChoice` and the node passes. Filter never awaits; the cycle is serial, so writing
-  into the per-cycle dict is safe.
-
-**Choosing the devices** is :mod:`gpusched.topology.selection`'s job (pure, no Kubernetes):
-among the free GPUs, the set with the highest :func:`gpusched.topology.set_score` on the node's
-NVLink/PCIe graph (the sum of its pair scores: 100 per NVLink plus 10..50 by PCIe proximity,
-go-gpuallocator's scale), then, among equally good sets, the one least connected to the free
-GPUs left behind (so the remaining ones stay well connected for the next multi-GPU pod), then
-the lowest indices. For ``N = 1`` that is the free GPU least connected to the other free GPUs.
-The search is exhaustive over ``C(free, N)`` sets when that is at most ``maxCombinations``
-(5000: every request on an 8-GPU node), else greedy. A node without a ``GPUNodeInventory`` has
-anonymous GPUs of unknown topology: the lowest free indices. GPUFit turns a node's inventory
-into GPU indices and links, and keeps the per-node caches: a
-:class:`~gpusched.topology.GPUTopology` is built once per node inventory (cached by node and
-inventory object, which the cache replaces whenever the inventory changes; nodes with identical
-links share one), and memoises its searches per free set and ``N``, so a fleet of identical
-nodes in identical states searches once; and a node whose node info has not changed since the
-last cycle (the same generation) gets its last choice back at once.
-
-**Score** (after PreScore finds ``best``, the highest topology score among the feasible nodes'
-choices this cycle)::
-
-    t = choice.topology_score / best      (N >= 2 and best > 0; else topology does not apply)
-    p = (whole GPUs - free GPUs left after placing the pod) / whole GPUs
-    score = 100 * (Wt * t + Wp * p) / (Wt + Wp)      when topology applies
-    score = 100 * p                                   otherwise (0 if Wp = 0)
-
-``Wt`` (``topologyWeight``) and ``Wp`` (``binPackingWeight``) are args, 1 and 1 by default.
-``t`` prefers the node whose chosen set is best connected (for a 2-GPU pod, an NV2 pair over
-an NV1 pair over a PCIe pair); ``p`` bin-packs: the node left fullest wins, so partly used
-nodes fill up and whole nodes stay free for the big jobs. With equal weights a well-connected
-set on a fuller node beats everything, and topology still outweighs packing: for a 2-GPU pod
-on DGX-1s, the best pair on an empty node scores 62, an NV2 pair on a half-full node 87, and
-the last two GPUs of a node, joined only across the sockets, 52. Integer arithmetic, always in
-0..100.
-
-**SignPod** (:class:`~gpusched.framework.SignPlugin`): pods asking no whole GPUs sign alike;
-a pod asking ``N`` signs as ``N`` and its priority when its score depends on its node alone
-(``N = 1``, or ``topologyWeight`` 0); a pod asking ``N >= 2`` with topology weighed, or one
-PreFilter rejects, is not signed (:meth:`GPUFit.sign_pod` says why).
-
-The scheduler reads the decision with :func:`choice_for` and records it with
-:meth:`GPUChoice.to_assignment` (adding the reservation UID), which it assumes in the cache and
-puts on the Binding as annotations (:mod:`gpusched.plugins.default_binder`).
+The Filter rules and reasons, the selection, the score formula with worked numbers, and why
+each signature is safe: docs/gpu_fit.md.
 
 Args::
 
@@ -94,6 +43,7 @@ from gpusched.annotations import (
 )
 from gpusched.cache import MIG_RESOURCE_PREFIX, TERMINAL_PHASES, pod_requests
 from gpusched.framework import (
+    DEVICE_ASSIGNMENT,
     MAX_NODE_SCORE,
     SUCCESS,
     ActionType,
@@ -109,6 +59,7 @@ from gpusched.framework import (
     PreFilterResult,
     PreScorePlugin,
     QueueingHint,
+    ReservePlugin,
     ScorePlugin,
     SignPlugin,
     StateKey,
@@ -270,7 +221,13 @@ class GPUFitArgs(PluginArgs):
 
 
 class GPUFit(
-    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions, SignPlugin
+    PreFilterPlugin,
+    FilterPlugin,
+    PreScorePlugin,
+    ScorePlugin,
+    ReservePlugin,
+    EnqueueExtensions,
+    SignPlugin,
 ):
     """Chooses the best whole GPUs on each node; prefers connected sets on fuller nodes."""
 
@@ -464,6 +421,27 @@ class GPUFit(
             numerator = MAX_NODE_SCORE * (wt * choice.topology_score * whole + wp * used * best)
             return numerator // ((wt + wp) * best * whole), SUCCESS
         return (MAX_NODE_SCORE * used // whole if wp else 0), SUCCESS
+
+    # -- Reserve -----------------------------------------------------------------------------
+
+    def reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status:
+        """Write the GPUs Filter chose on ``node_name`` as :data:`DEVICE_ASSIGNMENT` (nothing
+        for a pod asking no whole GPUs); the scheduler assumes the pod with them."""
+        choices = state.get(GPU_CHOICES)
+        if choices is None:
+            return SUCCESS
+        choice = choices.get(node_name)
+        if choice is None:
+            return Status.error(
+                f"no GPU choice for node {node_name!r}: GPUFit's Filter did not pass it this "
+                f"cycle (is GPUFit enabled at filter as well as reserve?)",
+                plugin=NAME,
+            )
+        state.write(DEVICE_ASSIGNMENT, choice.to_assignment())
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
+        state.delete(DEVICE_ASSIGNMENT)
 
     # -- events ----------------------------------------------------------------------------
 

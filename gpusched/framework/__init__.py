@@ -10,11 +10,13 @@ Modules, from the bottom up::
     cycle_state   CycleState, StateKey: per-cycle data, written in PreFilter, read in Filter/Score
     interfaces    one base class per extension point, with its contract; events and hints
     config        SchedulerConfiguration (pydantic), load_config, default-plugin merging
-    registry      PluginRegistry: names -> factories; in-tree discovery, entry points
+    registry      PluginRegistry: names -> factories; in-tree discovery, entry points,
+                  default_registry() (both, loaded once)
     runtime       Framework: a profile's plugins, instantiated once, run per extension point
 
-Writing a plugin is one subclass and one line of configuration: see ``interfaces`` and the
-README's "Writing a plugin".
+Writing a plugin is one subclass and one line of configuration: see ``interfaces``, the
+README's "Writing a plugin" and docs/plugins.md (every extension point's contract, signing,
+the ``Handle``, ``DEVICE_ASSIGNMENT``, entry points, testing).
 
 Exceptions::
 
@@ -37,6 +39,7 @@ from .config import (
     EXTENSION_POINTS,
     KIND,
     ConfigError,
+    ConfigOrigin,
     DisabledPlugin,
     LeaderElection,
     PluginArgs,
@@ -57,6 +60,7 @@ from .config import (
 )
 from .cycle_state import CycleState, StateData, StateKey, StateNotFoundError
 from .interfaces import (
+    DEVICE_ASSIGNMENT,
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
     WILDCARD,
@@ -65,8 +69,10 @@ from .interfaces import (
     ClusterEvent,
     ClusterEventWithHint,
     EnqueueExtensions,
+    EventRecorder,
     FilterPlugin,
     Handle,
+    NodeLister,
     NodeScore,
     PermitPlugin,
     Plugin,
@@ -87,6 +93,7 @@ from .interfaces import (
     ScoreExtensions,
     ScorePlugin,
     SignPlugin,
+    WaitingPod,
 )
 from .registry import (
     DuplicatePluginError,
@@ -95,13 +102,15 @@ from .registry import (
     RegistryEntry,
     RegistryError,
     UnknownPluginError,
+    default_registry,
     in_tree,
 )
-from .runtime import MAX_PERMIT_TIMEOUT, Framework, Observer, WaitingPod, build_frameworks
+from .runtime import MAX_PERMIT_TIMEOUT, Framework, Observer, build_frameworks
 from .status import SKIP, SUCCESS, Code, Status, StatusError
 
 __all__ = [
     "API_VERSION",
+    "DEVICE_ASSIGNMENT",
     "EXTENSION_POINTS",
     "KIND",
     "MAX_NODE_SCORE",
@@ -116,14 +125,17 @@ __all__ = [
     "ClusterEventWithHint",
     "Code",
     "ConfigError",
+    "ConfigOrigin",
     "CycleState",
     "DisabledPlugin",
     "DuplicatePluginError",
     "EnqueueExtensions",
+    "EventRecorder",
     "FilterPlugin",
     "Framework",
     "Handle",
     "LeaderElection",
+    "NodeLister",
     "NodeScore",
     "Observer",
     "PermitPlugin",
@@ -169,6 +181,7 @@ __all__ = [
     "build_frameworks",
     "default_config",
     "default_plugins",
+    "default_registry",
     "in_tree",
     "load_config",
     "merge_plugin_set",

@@ -49,6 +49,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     model_validator,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "EXTENSION_POINTS",
     "KIND",
     "ConfigError",
+    "ConfigOrigin",
     "DisabledPlugin",
     "LeaderElection",
     "PluginArgs",
@@ -136,6 +138,64 @@ class ConfigError(ValueError):
     @classmethod
     def single(cls, source: str, path: str, message: str) -> ConfigError:
         return cls(source, [Problem(path, message)])
+
+
+_PATH_PART = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[name=([^\]]*)\]")
+
+
+class ConfigOrigin(NamedTuple):
+    """Where a configuration was read from: the file's name and its YAML document, so that
+    errors found after loading (unknown plugins, when the frameworks are built) name the
+    file and the line. ``load_config`` and ``parse_config`` attach it to the configuration
+    (``SchedulerConfiguration.origin``)."""
+
+    source: str
+    node: yaml.Node | None = None
+
+    def node_at(self, path: str) -> yaml.Node | None:
+        """The YAML node at a field path (``profiles[0].plugins.multiPoint``), or ``None`` when
+        the file does not have it (a default filled in after loading)."""
+        node = self.node
+        pos = 0
+        while node is not None and pos < len(path):
+            m = _PATH_PART.match(path, pos)
+            if m is None:
+                return None
+            pos = m.end()
+            key, index, name = m.groups()
+            if key is not None and isinstance(node, yaml.MappingNode):
+                node = next((v for k, v in node.value if k.value == key), None)
+            elif index is not None and isinstance(node, yaml.SequenceNode):
+                i = int(index)
+                node = node.value[i] if i < len(node.value) else None
+            elif name is not None and isinstance(node, yaml.SequenceNode):
+                node = next((v for v in node.value if _name_of(v) == name), None)
+            else:
+                return None
+        return node
+
+    def line(self, path: str, plugin: str | None = None) -> int | None:
+        """The 1-based line of the field at ``path`` or, with ``plugin``, of that plugin's entry
+        under it (in ``enabled``); the nearest enclosing field the file has, else ``None``."""
+        parts = [m.group(0) for m in _PATH_PART.finditer(path)]
+        for n in range(len(parts), 0, -1):
+            node = self.node_at("".join(parts[:n]))
+            if node is None:
+                continue
+            if plugin is not None and n == len(parts) and isinstance(node, yaml.MappingNode):
+                enabled = next((v for k, v in node.value if k.value == "enabled"), None)
+                if isinstance(enabled, yaml.SequenceNode):
+                    entry = next((v for v in enabled.value if _name_of(v) == plugin), None)
+                    if entry is not None:
+                        return int(entry.start_mark.line) + 1
+            return int(node.start_mark.line) + 1
+        return None
+
+
+def _name_of(node: yaml.Node) -> object:
+    if isinstance(node, yaml.MappingNode):
+        return next((v.value for k, v in node.value if k.value == "name"), None)
+    return None
 
 
 def _invalid(path: tuple[str | int, ...], message: str) -> PydanticCustomError:
@@ -448,6 +508,22 @@ class SchedulerConfiguration(_Model):
     reservations: Reservations = Reservations()
     """Device reservation Leases."""
 
+    _origin: ConfigOrigin | None = PrivateAttr(default=None)
+
+    @property
+    def origin(self) -> ConfigOrigin | None:
+        """The file (and YAML document) this configuration was loaded from, for messages;
+        ``None`` when built in code. Kept by ``model_copy``."""
+        return self._origin
+
+    def __eq__(self, other: object) -> bool:
+        """Equal settings, wherever they were read from (``origin`` is left out)."""
+        if not isinstance(other, SchedulerConfiguration):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = _Model.__hash__
+
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.pod_max_backoff_seconds < self.pod_initial_backoff_seconds:
@@ -486,7 +562,7 @@ def default_plugins() -> Plugins:
         TaintToleration    weight 3  filter, score
         NodeAffinity       weight 2  preFilter, filter, score
         NodeResourcesFit   weight 1  preFilter, filter, score
-        GPUFit             weight 2  preFilter, filter, score
+        GPUFit             weight 2  preFilter, filter, preScore, score, reserve
         DefaultBinder                bind
     """
     return Plugins(
@@ -640,7 +716,9 @@ def parse_config(
         problems.extend(validation_problems(exc, SchedulerConfiguration, node=root))
     if problems:
         raise ConfigError(source, problems)
-    return apply_default_plugins(config, default_plugins)
+    config = apply_default_plugins(config, default_plugins)
+    config._origin = ConfigOrigin(source, root)
+    return config
 
 
 def load_config(

@@ -8,9 +8,9 @@ The two cycles::
 
     queue:             PreEnqueue (gate), QueueSort (order)
     scheduling cycle:  PreFilter -> Filter* -> [PostFilter if no node fits]
-    (serial, in memory,   -> PreScore -> Score* -> NormalizeScore -> Reserve -> Permit
-     never awaits)
-    binding cycle:     wait on Permit -> PreBind -> Bind -> PostBind
+    (serial, in memory,   -> PreScore -> Score* -> NormalizeScore -> Reserve -> (assume)
+     never awaits)        -> Permit
+    binding cycle:     wait on Permit -> (device Lease) -> PreBind -> Bind -> PostBind
     (asyncio task)
     (* once per node; any failure after Reserve: Unreserve, every plugin, in reverse order)
 
@@ -28,7 +28,8 @@ PreBind, Bind and PostBind are coroutines. Defining them the other way round is 
 at import.
 
 Pods are plain dicts (the JSON the API server returns); node_info is the scheduler cache's
-``NodeInfo`` for one node in this cycle's snapshot.
+``NodeInfo`` for one node in this cycle's snapshot. The guide for plugin authors, with these
+contracts in brief, signing, the ``Handle`` and testing: docs/plugins.md.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ import enum
 import inspect
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, Self, TypeAlias
 
+from gpusched.annotations import Assignment
 from gpusched.clock import Clock
 
-from .cycle_state import CycleState
+from .cycle_state import CycleState, StateKey
 from .queued_pod import QueuedPodInfo
 from .status import Status
 
@@ -52,9 +54,8 @@ if TYPE_CHECKING:
     from gpusched.cache import NodeInfo
     from gpusched.kube import Kube
 
-    from .runtime import WaitingPod
-
 __all__ = [
+    "DEVICE_ASSIGNMENT",
     "MAX_NODE_SCORE",
     "MIN_NODE_SCORE",
     "WILDCARD",
@@ -63,8 +64,10 @@ __all__ = [
     "ClusterEvent",
     "ClusterEventWithHint",
     "EnqueueExtensions",
+    "EventRecorder",
     "FilterPlugin",
     "Handle",
+    "NodeLister",
     "NodeScore",
     "PermitPlugin",
     "Plugin",
@@ -85,6 +88,7 @@ __all__ = [
     "ScoreExtensions",
     "ScorePlugin",
     "SignPlugin",
+    "WaitingPod",
 ]
 
 Pod: TypeAlias = dict[str, Any]
@@ -95,6 +99,20 @@ MAX_NODE_SCORE = 100
 
 MIN_NODE_SCORE = 0
 """The lowest score a Score plugin may give a node (after normalisation)."""
+
+DEVICE_ASSIGNMENT: Final = StateKey[Assignment]("gpusched.io/device-assignment")
+"""The devices the pod gets on the chosen node: the seam between the device plugin, the
+scheduler and the binders.
+
+- The Reserve plugin that allocates devices (GPUFit by default; any replacement) writes it in
+  ``reserve`` for the node it is given, from what it chose there this cycle, without a
+  reservation uid, and deletes it in ``unreserve``. A pod that gets no devices has none.
+- The scheduler runs Reserve *before* it assumes the pod (upstream assumes first), because
+  the assumed pod must carry its devices: the cache's device ledger books them, so that the
+  next cycle sees them taken. It then stamps the reservation uid, writes the stamped value
+  back under this key and assumes the pod with it; if assuming fails, it runs Unreserve.
+- Binders (``DefaultBinder``) and any later plugin (Permit, PreBind, PostBind) read it.
+"""
 
 
 # -- data passed between the framework and plugins ----------------------------------------
@@ -195,11 +213,74 @@ class ClusterEventWithHint:
     queueing_hint_fn: QueueingHintFn | None = None
 
 
+class WaitingPod(Protocol):
+    """A pod that Permit plugins told to wait (upstream's ``WaitingPod``); from
+    ``Handle.get_waiting_pod``. Allow and reject it from the event loop's thread."""
+
+    @property
+    def pod(self) -> Pod: ...
+
+    @property
+    def uid(self) -> str: ...
+
+    @property
+    def pending_plugins(self) -> tuple[str, ...]:
+        """The plugins that have not allowed the pod yet."""
+        ...
+
+    def allow(self, plugin: str) -> None:
+        """``plugin`` allows the pod; once every waiting plugin has, its binding cycle goes on."""
+
+    def reject(self, plugin: str, message: str) -> bool:
+        """Reject the pod (Unschedulable, attributed to ``plugin``); False if already decided."""
+        ...
+
+
+class NodeLister(Protocol):
+    """The cycle's snapshot of the nodes (upstream's ``SnapshotSharedLister().NodeInfos()``).
+
+    ``gpusched.cache.Snapshot`` implements it; the scheduler brings it up to date at the start
+    of every scheduling cycle, so it is what Filter and Score see. Read it only in the
+    scheduling cycle (a binding cycle runs while later cycles update it), and never mutate it.
+    """
+
+    def node_infos(self) -> list[NodeInfo]:
+        """Every node, in the cache's order. O(1): the list itself, not a copy."""
+        ...
+
+    def get(self, name: str) -> NodeInfo | None:
+        """The node info of node ``name``, or ``None``. O(1)."""
+        ...
+
+    @property
+    def num_nodes(self) -> int: ...
+
+
+class EventRecorder(Protocol):
+    """Writes Events (upstream's ``events.EventRecorder``); ``gpusched.events`` implements it.
+
+    Best effort and non-blocking: the Event is queued and written by the recorder's task,
+    under its own write budget, so a plugin may call it from any stage.
+    """
+
+    def eventf(
+        self,
+        regarding: Mapping[str, Any],
+        event_type: str,
+        reason: str,
+        action: str,
+        message: str,
+    ) -> None:
+        """An Event about ``regarding`` (a Pod, say): ``event_type`` is ``Normal`` or
+        ``Warning``, ``reason`` a CamelCase word, ``action`` what was done."""
+
+
 class Handle(Protocol):
     """What a plugin's factory receives: the framework's services (upstream's ``Handle``).
 
-    The scheduler's snapshot lister, API client and event recorder are added here as those
-    components land.
+    Keep the handle and read its services when needed: the scheduler wires them before it
+    builds the frameworks, but a framework built on its own (tests, ``gpusched config check``)
+    has no API client, snapshot or recorder, and reading those raises ``RuntimeError``.
     """
 
     @property
@@ -213,11 +294,28 @@ class Handle(Protocol):
         """The API client, for the binding cycle's plugins (PreBind, Bind, PostBind)."""
         ...
 
-    def get_waiting_pod(self, uid: str) -> WaitingPod | None: ...
+    @property
+    def node_lister(self) -> NodeLister:
+        """The scheduling cycle's snapshot of the nodes (read it in the scheduling cycle)."""
+        ...
 
-    def iterate_waiting_pods(self) -> Iterator[WaitingPod]: ...
+    @property
+    def events(self) -> EventRecorder:
+        """Writes Events (best effort, never blocks)."""
+        ...
 
-    def reject_waiting_pod(self, uid: str, plugin: str, message: str) -> bool: ...
+    def get_waiting_pod(self, uid: str) -> WaitingPod | None:
+        """The pod waiting at Permit with this uid, if any."""
+        ...
+
+    def iterate_waiting_pods(self) -> Iterator[WaitingPod]:
+        """Every pod waiting at Permit (a snapshot: allowing or rejecting while iterating is
+        fine)."""
+        ...
+
+    def reject_waiting_pod(self, uid: str, plugin: str, message: str) -> bool:
+        """Reject a waiting pod; False if no such pod is waiting (or it was decided)."""
+        ...
 
 
 # -- the plugins -----------------------------------------------------------------------------
@@ -307,10 +405,10 @@ class QueueSortPlugin(Plugin):
     def sort_key(self, info: QueuedPodInfo) -> tuple[Any, ...]:
         """The pod's sort key: the queue pops the smallest first.
 
-        gpusched's queue is a ``sortedcontainers.SortedKeyList``, so this is a key function
-        rather than upstream's ``Less(a, b)``: ``(-priority, info.timestamp)`` gives upstream's
-        PrioritySort. It is called once when the pod is queued; it must depend only on the pod
-        and its queue info, and the same pod must always get the same key while queued.
+        A key function rather than upstream's ``Less(a, b)`` (the queue orders pods by their
+        keys): ``(-priority, info.timestamp)`` gives upstream's PrioritySort. It is called once
+        when the pod is queued; it must depend only on the pod and its queue info, and the same
+        pod must always get the same key while queued.
         """
 
 
@@ -425,11 +523,14 @@ class ReservePlugin(Plugin):
 
     @abc.abstractmethod
     def reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status:
-        """Called after the pod is assumed on ``node_name`` in the cache.
+        """Called once the cycle chose ``node_name``, before the scheduler assumes the pod there.
 
-        Update this plugin's state (mark devices taken); expected to return Success or Error.
-        Any other status rejects the pod, and then ``unreserve`` is called for *every* reserve
-        plugin. In memory only: no API calls here (they belong in PreBind).
+        Update this plugin's state; expected to return Success or Error. Any other status
+        rejects the pod, and then ``unreserve`` is called for *every* reserve plugin. The
+        plugin that allocates devices writes :data:`DEVICE_ASSIGNMENT` here (the scheduler
+        assumes the pod with those devices right after, which is why gpusched runs Reserve
+        before assuming, where upstream assumes first). In memory only: no API calls here
+        (they belong in PreBind).
         """
 
     @abc.abstractmethod
@@ -455,7 +556,8 @@ class PermitPlugin(Plugin):
 
 
 class PreBindPlugin(Plugin):
-    """Prepares the binding: writes device reservation Leases, annotations."""
+    """Prepares the binding (upstream: volumes, claims). The device reservation is already in
+    the node's Lease when PreBind runs: the scheduler's binding cycle writes it first."""
 
     @abc.abstractmethod
     async def pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:

@@ -16,6 +16,10 @@ Where plugins come from:
 - ``with_entry_points(group="gpusched.plugins")``: third-party packages declare
   ``[project.entry-points."gpusched.plugins"] MyPlugin = "my_pkg.my_plugin:MyPlugin"`` (a
   plugin class, whose ``NAME`` must equal the entry point's name, or any factory callable).
+  A broken one (it does not import, or is not a plugin) is a ``RegistryError`` naming the
+  distribution and the entry point.
+- ``default_registry()``: both, loaded once per process; what the scheduler and the CLI use
+  when no registry is given.
 
 A name registered twice is a ``DuplicatePluginError``; looking up a name that is not registered
 is an ``UnknownPluginError`` (a ``KeyError``) listing the names that are.
@@ -23,6 +27,7 @@ is an ``UnknownPluginError`` (a ``KeyError``) listing the names that are.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -45,6 +50,7 @@ __all__ = [
     "RegistryEntry",
     "RegistryError",
     "UnknownPluginError",
+    "default_registry",
     "in_tree",
     "plugin_classes",
 ]
@@ -155,7 +161,8 @@ class PluginRegistry(Mapping[str, RegistryEntry]):
         """A new registry with this one's plugins and those installed packages declare."""
         out = PluginRegistry(self._entries.values())
         for ep in metadata.entry_points(group=group):
-            origin = f"entry point {ep.name} = {ep.value} (group {group})"
+            dist = f", distribution {ep.dist.name} {ep.dist.version}" if ep.dist else ""
+            origin = f"entry point {ep.name} = {ep.value} (group {group}{dist})"
             try:
                 obj = ep.load()
             except Exception as exc:
@@ -237,3 +244,11 @@ def in_tree(package: str = "gpusched.plugins") -> PluginRegistry:
         for cls in plugin_classes(module):
             registry.register(cls, origin=f"{module_name}.{cls.__qualname__}")
     return registry
+
+
+@functools.cache
+def default_registry() -> PluginRegistry:
+    """The in-tree plugins and every installed ``gpusched.plugins`` entry point, loaded once
+    per process (a ``RegistryError`` names a broken entry point). Do not grow it: it is
+    shared; ``merged`` makes a new one."""
+    return in_tree().with_entry_points()

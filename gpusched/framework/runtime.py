@@ -1,54 +1,32 @@
 """``Framework``: one profile's plugins, instantiated once and run per extension point.
 
 Upstream: pkg/scheduler/framework/runtime/framework.go (``NewFramework``, ``Run*Plugins``) and
-waiting_pods_map.go. What gpusched keeps of it, and where it differs:
+waiting_pods_map.go. Construction does everything that can be done once: it instantiates each
+enabled plugin once (a plugin at several points is one object), validates its args, expands
+``multiPoint`` as upstream, checks the profile (one QueueSort, at least one Bind), and finds out
+which points each plugin implements (trio's instruments): every point is a tuple of
+``(name, bound method)``, so the hot path never calls a stage a plugin lacks. Mistakes are
+``ConfigError`` naming the file, line and field path.
 
-**Construction** (``Framework(profile, registry)``) does everything that can be done once:
-instantiates each plugin the profile enables *once* (a plugin at several extension points is one
-object), validates its ``pluginConfig`` args against its args model, expands ``multiPoint`` as
-upstream's ``expandMultiPointPlugins`` (plugins enabled at a specific point first, in that
-point's order; then multiPoint ones; a plugin disabled at a point is left out there; ``*``
-disables multiPoint expansion for that point), checks that there is exactly one QueueSort
-plugin and at least one Bind plugin, and resolves Score weights (a point's own weight wins over
-multiPoint's; unset is 1). Every mistake is a ``ConfigError`` naming the field path.
+Running follows upstream's rules (noted on each ``run_*``). A plugin that raises gets an Error
+status naming it: a bug in one plugin fails that pod's cycle, not the scheduler.
 
-It also finds out once which extension points each plugin implements (trio's instruments):
-each point gets a tuple of ``(name, bound method)`` pairs, so running a point is a loop over a
-tuple, and a plugin is never called at a stage it does not implement.
-
-**Running.** The ``run_*`` methods follow upstream's rules, noted on each. A plugin that raises
-gets an ``Error`` status naming it (Python has exceptions where Go has none; a bug in one plugin
-fails that pod's cycle, not the scheduler). Statuses passed on carry the plugin's name.
-
-**Costs.** ``run_filter`` is O(filter plugins) per node, with no allocation when the node fits
-(the shared ``SUCCESS``) or when a plugin rejects with a prebuilt status carrying its name; a
-skipped plugin costs one set lookup, and none when nothing is skipped. ``run_score`` is
-O(score plugins x nodes) plugin calls and allocates the totals, the result, and per normalising
-plugin one ``NodeScore`` list. The serial scheduling cycle calls these for every node; there is
-no thread pool, because in CPython threads would not make pure-Python plugins faster.
-
-**Observation.** With an ``observer`` the framework reports each extension point's duration
-(``scheduler_framework_extension_point_duration_seconds``: every point but Filter, which is
-called per node; the scheduling cycle times the filter phase as a whole) and, for cycles whose
-``CycleState.record_plugin_metrics`` is set, each plugin call's duration
-(``scheduler_plugin_execution_duration_seconds``; upstream samples 10% of cycles). Without an
-observer no clock is read at all: the check is one ``is None`` per point (Filter: one per call).
-
-**Waiting pods.** Permit plugins that return Wait put the pod in the waiting map as a
-``WaitingPod``; its binding cycle awaits ``wait_on_permit``, which finishes when every waiting
-plugin allowed it, when one rejects it, or when a plugin's timeout passes (a rejection, with
-upstream's message). Each plugin's deadline counts from ``run_permit`` on the injected ``Clock``
-(``FakeClock`` in tests), so the wait ends at the earliest deadline of the plugins still
-waiting: a plugin that already allowed no longer bounds it, as upstream's per-plugin timers.
+Costs: ``run_filter`` is O(filter plugins) per node and allocates nothing when the node fits or
+a plugin rejects with a prebuilt status; ``run_score`` is O(score plugins x nodes). With an
+``observer``, each point reports its duration and, in cycles whose
+``CycleState.record_plugin_metrics`` is set, each plugin call too: the timed variant of every
+point's tuple is built once, at construction (``_timed``), so choosing it costs one attribute
+test per call. Details, and the waiting pods of Permit: docs/plugins.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 from pydantic import ValidationError
 
@@ -57,6 +35,7 @@ from gpusched.clock import Clock, RealClock
 from .config import (
     EXTENSION_POINTS,
     ConfigError,
+    ConfigOrigin,
     Plugins,
     Problem,
     Profile,
@@ -73,7 +52,9 @@ from .interfaces import (
     ClusterEvent,
     ClusterEventWithHint,
     EnqueueExtensions,
+    EventRecorder,
     FilterPlugin,
+    NodeLister,
     NodeScore,
     PermitPlugin,
     Plugin,
@@ -92,6 +73,7 @@ from .interfaces import (
     ScoreExtensions,
     ScorePlugin,
     SignPlugin,
+    WaitingPod,
 )
 from .registry import PluginRegistry
 from .status import SUCCESS, Code, Status
@@ -105,7 +87,6 @@ __all__ = [
     "POINT_LABELS",
     "Framework",
     "Observer",
-    "WaitingPod",
     "build_frameworks",
 ]
 
@@ -201,14 +182,106 @@ def _pod_name(pod: Pod) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+# -- timing, wrapped once -------------------------------------------------------------------
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_Entries = tuple[tuple[str, _F], ...]
+_ScoreEntry: TypeAlias = (
+    "tuple[str, Callable[[CycleState, Pod, NodeInfo], tuple[int, Status]], "
+    "Callable[[CycleState, Pod, list[NodeScore]], Status] | None, int]"
+)
+"""A Score plugin: its name, ``score``, ``normalize_score`` (or ``None``) and weight."""
+
+
+def _status_code(out: Status) -> Code:
+    return out.code
+
+
+def _second_code(out: tuple[Any, Status]) -> Code:
+    return out[1].code
+
+
+def _first_code(out: tuple[Status, Any]) -> Code:
+    return out[0].code
+
+
+def _no_code(out: None) -> Code:
+    return Code.SUCCESS
+
+
+def _timed(observer: Observer, point: str, name: str, fn: _F, code_of: Callable[[Any], Code]) -> _F:
+    """``fn`` reporting each call's duration as plugin ``name`` at ``point`` (an exception is
+    reported as Error and re-raised). Built once per plugin and point, at construction."""
+    if asyncio.iscoroutinefunction(fn):
+
+        async def timed_async(*args: Any) -> Any:
+            t0 = perf_counter()
+            try:
+                out = await fn(*args)
+            except Exception:
+                observer.plugin_duration(name, point, Code.ERROR, perf_counter() - t0)
+                raise
+            observer.plugin_duration(name, point, code_of(out), perf_counter() - t0)
+            return out
+
+        return timed_async  # type: ignore[return-value]
+
+    def timed(*args: Any) -> Any:
+        t0 = perf_counter()
+        try:
+            out = fn(*args)
+        except Exception:
+            observer.plugin_duration(name, point, Code.ERROR, perf_counter() - t0)
+            raise
+        observer.plugin_duration(name, point, code_of(out), perf_counter() - t0)
+        return out
+
+    return timed  # type: ignore[return-value]
+
+
+def _point(point: str, code_of: Callable[[Any], Code]) -> Callable[[_F], _F]:
+    """Decorates a ``run_*`` method (plain or async): with an observer, its duration is
+    reported as the extension point's, with the status ``code_of`` reads from its result."""
+
+    def decorate(method: _F) -> _F:
+        if asyncio.iscoroutinefunction(method):
+
+            @functools.wraps(method)
+            async def run_async(self: Framework, *args: Any) -> Any:
+                if self._observer is None:
+                    return await method(self, *args)
+                start = perf_counter()
+                out = await method(self, *args)
+                self._observer.extension_point_duration(point, code_of(out), perf_counter() - start)
+                return out
+
+            return run_async  # type: ignore[return-value]
+
+        @functools.wraps(method)
+        def run(self: Framework, *args: Any) -> Any:
+            if self._observer is None:
+                return method(self, *args)
+            start = perf_counter()
+            out = method(self, *args)
+            self._observer.extension_point_duration(point, code_of(out), perf_counter() - start)
+            return out
+
+        return run  # type: ignore[return-value]
+
+    return decorate
+
+
 # -- waiting pods ----------------------------------------------------------------------------
 
 
-class WaitingPod:
-    """A pod that Permit plugins told to wait (upstream's ``waitingPod``).
+class _WaitingPod:
+    """A pod that Permit plugins told to wait (upstream's ``waitingPod``; the ``WaitingPod``
+    protocol of ``interfaces``).
 
     Allow and reject it from the event loop's thread (plugins, event handlers); its binding
-    cycle awaits the outcome through ``Framework.wait_on_permit``.
+    cycle awaits the outcome through ``Framework.wait_on_permit``. Each plugin's deadline
+    counts from ``run_permit`` on the injected ``Clock``; the wait ends at the earliest
+    deadline of the plugins still waiting (a plugin that allowed no longer bounds it).
     """
 
     __slots__ = ("_clock", "_pending", "_pod", "_result", "_uid", "_wakeup")
@@ -292,6 +365,10 @@ class WaitingPod:
         return f"<WaitingPod {_pod_name(self._pod)} pending={list(self._pending)}>"
 
 
+if TYPE_CHECKING:
+    _implements: type[WaitingPod] = _WaitingPod  # the protocol plugins see
+
+
 # -- the framework ---------------------------------------------------------------------------
 
 
@@ -305,20 +382,28 @@ class Framework:
         *,
         clock: Clock | None = None,
         observer: Observer | None = None,
-        source: str = "<config>",
+        source: str | None = None,
         path: str = "profiles[0]",
         kube: Kube | None = None,
+        node_lister: NodeLister | None = None,
+        events: EventRecorder | None = None,
+        origin: ConfigOrigin | None = None,
     ) -> None:
-        """Build the framework; ``ConfigError`` (with ``source`` and field paths under ``path``)
-        for unknown plugins, bad args, plugins at points they do not implement, and a profile
-        without exactly one QueueSort plugin or without a Bind plugin."""
+        """Build the framework; ``ConfigError`` (naming ``source``, or ``origin``'s file, with
+        field paths under ``path`` and lines from ``origin``) for unknown plugins, bad args,
+        plugins at points they do not implement, and a profile without exactly one QueueSort
+        plugin or without a Bind plugin. ``kube``, ``node_lister`` and ``events`` are the
+        services the ``Handle`` gives plugins."""
         self._profile = profile
         self._kube = kube
+        self._node_lister = node_lister
+        self._events = events
         self._clock: Clock = clock if clock is not None else RealClock()
         self._observer = observer
-        self._source = source
+        self._origin = origin
+        self._source = source or (origin.source if origin is not None else "<config>")
         self._path = path
-        self._waiting: dict[str, WaitingPod] = {}
+        self._waiting: dict[str, _WaitingPod] = {}
         self._plugins: dict[str, Plugin] = {}
 
         plugins = profile.plugins
@@ -343,42 +428,66 @@ class Framework:
         self._queue_sort = queue_sort[0]
         self._weights = self._score_weights(plugins, at["score"])
 
-        # Hot-path tables: (name, bound method) per extension point, in order.
-        self._pre_enqueue = tuple(
-            (p.NAME, p.pre_enqueue) for p in of("preEnqueue", PreEnqueuePlugin)
+        # Hot-path tables, (name, bound method) per extension point in order, each also in a
+        # timed variant (the same when there is no observer): built once, here.
+        def table(key: str, cls: type[Any], method: str, point: str, code: Any) -> Any:
+            plain = tuple((p.NAME, getattr(p, method)) for p in of(key, cls))
+            return plain, self._timed_table(plain, point, code)
+
+        self._pre_enqueue, self._pre_enqueue_t = table(
+            "preEnqueue", PreEnqueuePlugin, "pre_enqueue", "PreEnqueue", _status_code
         )
-        self._pre_filter = tuple((p.NAME, p.pre_filter) for p in of("preFilter", PreFilterPlugin))
-        self._filter: tuple[tuple[str, Callable[[CycleState, Pod, NodeInfo], Status]], ...] = tuple(
-            (p.NAME, p.filter) for p in of("filter", FilterPlugin)
+        self._pre_filter, self._pre_filter_t = table(
+            "preFilter", PreFilterPlugin, "pre_filter", "PreFilter", _second_code
         )
-        self._post_filter = tuple(
-            (p.NAME, p.post_filter) for p in of("postFilter", PostFilterPlugin)
+        self._filter: _Entries[Callable[[CycleState, Pod, NodeInfo], Status]]
+        self._filter, self._filter_t = table(
+            "filter", FilterPlugin, "filter", "Filter", _status_code
         )
-        self._pre_score = tuple((p.NAME, p.pre_score) for p in of("preScore", PreScorePlugin))
-        self._score: tuple[
-            tuple[
-                str,
-                Callable[[CycleState, Pod, NodeInfo], tuple[int, Status]],
-                Callable[[CycleState, Pod, list[NodeScore]], Status] | None,
-                int,
-            ],
-            ...,
-        ] = tuple(
+        self._post_filter, self._post_filter_t = table(
+            "postFilter", PostFilterPlugin, "post_filter", "PostFilter", _second_code
+        )
+        self._pre_score, self._pre_score_t = table(
+            "preScore", PreScorePlugin, "pre_score", "PreScore", _status_code
+        )
+        self._reserve, self._reserve_t = table(
+            "reserve", ReservePlugin, "reserve", "Reserve", _status_code
+        )
+        unreserve, unreserve_t = table("reserve", ReservePlugin, "unreserve", "Unreserve", _no_code)
+        self._unreserve, self._unreserve_t = unreserve[::-1], unreserve_t[::-1]
+        self._permit, self._permit_t = table(
+            "permit", PermitPlugin, "permit", "Permit", _first_code
+        )
+        self._pre_bind, self._pre_bind_t = table(
+            "preBind", PreBindPlugin, "pre_bind", "PreBind", _status_code
+        )
+        self._bind, self._bind_t = table("bind", BindPlugin, "bind", "Bind", _status_code)
+        self._post_bind, self._post_bind_t = table(
+            "postBind", PostBindPlugin, "post_bind", "PostBind", _no_code
+        )
+        score_plugins: list[ScorePlugin] = of("score", ScorePlugin)
+        self._score: tuple[_ScoreEntry, ...] = tuple(
             (
                 p.NAME,
                 p.score,
                 p.normalize_score if isinstance(p, ScoreExtensions) else None,
                 self._weights[p.NAME],
             )
-            for p in of("score", ScorePlugin)
+            for p in score_plugins
         )
-        self._reserve = tuple(
-            (p.NAME, p.reserve, p.unreserve) for p in of("reserve", ReservePlugin)
-        )
-        self._permit = tuple((p.NAME, p.permit) for p in of("permit", PermitPlugin))
-        self._pre_bind = tuple((p.NAME, p.pre_bind) for p in of("preBind", PreBindPlugin))
-        self._bind = tuple((p.NAME, p.bind) for p in of("bind", BindPlugin))
-        self._post_bind = tuple((p.NAME, p.post_bind) for p in of("postBind", PostBindPlugin))
+        self._score_t: tuple[_ScoreEntry, ...] = self._score
+        if observer is not None:
+            self._score_t = tuple(
+                (
+                    name,
+                    _timed(observer, "Score", name, score, _second_code),
+                    None
+                    if normalize is None
+                    else _timed(observer, "ScoreExtensionNormalize", name, normalize, _status_code),
+                    weight,
+                )
+                for name, score, normalize, weight in self._score
+            )
 
         # Signing (SignPlugin): possible only if every plugin that decides where a pod fits
         # signs; the normalised Score plugins are the ones whose raw scores the batched path
@@ -388,16 +497,27 @@ class Framework:
             for key in ("preFilter", "filter", "preScore", "score")
             for p in (self._plugins[name] for name in at[key])
         }
+        self._unsigned = tuple(n for n, p in deciders.items() if not isinstance(p, SignPlugin))
         self._signers: tuple[Callable[[Pod], Hashable | None], ...] | None = (
-            tuple(p.sign_pod for p in deciders.values() if isinstance(p, SignPlugin))
-            if all(isinstance(p, SignPlugin) for p in deciders.values())
-            else None
+            None
+            if self._unsigned
+            else tuple(p.sign_pod for p in deciders.values() if isinstance(p, SignPlugin))
         )
+
+    def _timed_table(self, plain: _Entries[_F], point: str, code: Callable[[Any], Code]) -> Any:
+        observer = self._observer
+        if observer is None:
+            return plain
+        return tuple((name, _timed(observer, point, name, fn, code)) for name, fn in plain)
 
     # -- construction helpers ------------------------------------------------------------
 
-    def _error(self, subpath: str, message: str) -> ConfigError:
-        return ConfigError.single(self._source, f"{self._path}.{subpath}", message)
+    def _error(self, subpath: str, message: str, name: str | None = None) -> ConfigError:
+        """A ``ConfigError`` at ``subpath`` of this profile, with the line of the field (or of
+        the plugin ``name`` enabled under it) when the configuration came from a file."""
+        path = f"{self._path}.{subpath}"
+        line = self._origin.line(path, name) if self._origin is not None else None
+        return ConfigError(self._source, [Problem(path, message, line)])
 
     @staticmethod
     def _needed(plugins: Plugins) -> dict[str, str]:
@@ -417,7 +537,7 @@ class Framework:
         self, name: str, key: str, profile: Profile, registry: PluginRegistry
     ) -> Plugin:
         if name not in registry:
-            raise self._error(f"plugins.{key}", registry.unknown_message(name))
+            raise self._error(f"plugins.{key}", registry.unknown_message(name), name)
         entry = registry[name]
         found = profile.plugin_args(name)
         raw: dict[str, Any] = dict(found[1]) if found else {}
@@ -428,8 +548,9 @@ class Framework:
                 args = entry.args_model.model_validate(raw)
             except ValidationError as exc:
                 prefix = args_path or f"{self._path}.pluginConfig[name={name}].args"
+                node = self._origin.node_at(args_path) if self._origin and args_path else None
                 raise ConfigError(
-                    self._source, validation_problems(exc, entry.args_model, prefix)
+                    self._source, validation_problems(exc, entry.args_model, prefix, node)
                 ) from None
         try:
             plugin = entry.factory(args, self)
@@ -443,6 +564,9 @@ class Framework:
                         args_path or f"{self._path}.plugins.{key}",
                         f"initializing plugin {name!r} ({entry.origin}) failed: "
                         f"{type(exc).__name__}: {exc}",
+                        self._origin.line(args_path or f"{self._path}.plugins.{key}", name)
+                        if self._origin is not None
+                        else None,
                     )
                 ],
             ) from exc
@@ -452,6 +576,7 @@ class Framework:
                 f"plugins.{key}",
                 f"the factory for {name!r} ({entry.origin}) returned {got}, not a plugin named "
                 f"{name!r}",
+                name,
             )
         return plugin
 
@@ -469,9 +594,12 @@ class Framework:
                     f"plugin {ref.name!r} does not implement {key}: "
                     f"{type(plugin).__qualname__} is not a {cls.__name__}; remove it from "
                     f"{key}.enabled",
+                    ref.name,
                 )
             if ref.name in specific:
-                raise self._error(f"plugins.{key}", f"plugin {ref.name!r} is enabled twice")
+                raise self._error(
+                    f"plugins.{key}", f"plugin {ref.name!r} is enabled twice", ref.name
+                )
             specific.append(ref.name)
         disabled = {d.name for d in pset.disabled}
         if "*" in disabled:
@@ -484,7 +612,9 @@ class Framework:
             if ref.name in specific:
                 overrides.append(ref.name)
             elif ref.name in multi:
-                raise self._error("plugins.multiPoint", f"plugin {ref.name!r} is enabled twice")
+                raise self._error(
+                    "plugins.multiPoint", f"plugin {ref.name!r} is enabled twice", ref.name
+                )
             else:
                 multi.append(ref.name)
         return (
@@ -508,6 +638,20 @@ class Framework:
         if self._kube is None:
             raise RuntimeError("this framework was built without an API client")
         return self._kube
+
+    @property
+    def node_lister(self) -> NodeLister:
+        """The scheduling cycle's snapshot of the nodes (``Handle.node_lister``)."""
+        if self._node_lister is None:
+            raise RuntimeError("this framework was built without a node lister (snapshot)")
+        return self._node_lister
+
+    @property
+    def events(self) -> EventRecorder:
+        """The event recorder (``Handle.events``)."""
+        if self._events is None:
+            raise RuntimeError("this framework was built without an event recorder")
+        return self._events
 
     @property
     def profile_name(self) -> str:
@@ -543,9 +687,15 @@ class Framework:
     def has_score_plugins(self) -> bool:
         return bool(self._score)
 
+    def unsigned_plugins(self) -> tuple[str, ...]:
+        """The PreFilter, Filter, PreScore and Score plugins that are not ``SignPlugin``s, in
+        order. Any one of them keeps every pod of the profile off the batched path
+        (equivalence classes): ``sign_pod`` is then always ``None``."""
+        return self._unsigned
+
     @property
     def queue_sort_key(self) -> Callable[[QueuedPodInfo], tuple[Any, ...]]:
-        """The QueueSort plugin's key function, for the queue's ``SortedKeyList``."""
+        """The QueueSort plugin's key function."""
         return self._queue_sort.sort_key
 
     def enqueue_extensions(self) -> dict[str, list[ClusterEventWithHint]]:
@@ -567,10 +717,10 @@ class Framework:
                     out[name] = [ClusterEventWithHint(ClusterEvent(WILDCARD, ActionType.ALL))]
         return out
 
-    def get_waiting_pod(self, uid: str) -> WaitingPod | None:
+    def get_waiting_pod(self, uid: str) -> _WaitingPod | None:
         return self._waiting.get(uid)
 
-    def iterate_waiting_pods(self) -> Iterator[WaitingPod]:
+    def iterate_waiting_pods(self) -> Iterator[_WaitingPod]:
         """The waiting pods (a snapshot: allowing or rejecting while iterating is fine)."""
         return iter(list(self._waiting.values()))
 
@@ -581,36 +731,23 @@ class Framework:
 
     # -- scheduling cycle: never awaits --------------------------------------------------
 
-    def _plugin_observer(self, state: CycleState) -> Observer | None:
-        observer = self._observer
-        return observer if observer is not None and state.record_plugin_metrics else None
-
+    @_point("PreEnqueue", _status_code)
     def run_pre_enqueue(self, pod: Pod) -> Status:
         """First non-success wins (rejections keep their code; others become Error).
 
         No ``CycleState`` here, so plugin durations are recorded whenever an observer is set.
         """
-        observer = self._observer
-        start = perf_counter() if observer is not None else 0.0
-        status = SUCCESS
         name = ""
         try:
-            for name, fn in self._pre_enqueue:
-                if observer is None:
-                    s = fn(pod)
-                else:
-                    t0 = perf_counter()
-                    s = fn(pod)
-                    observer.plugin_duration(name, "PreEnqueue", s.code, perf_counter() - t0)
+            for name, fn in self._pre_enqueue_t:
+                s = fn(pod)
                 if s.code:
-                    status = _passed_on("PreEnqueue", name, s)
-                    break
+                    return _passed_on("PreEnqueue", name, s)
         except Exception as exc:
-            status = _raised("PreEnqueue", name, exc)
-        if observer is not None:
-            observer.extension_point_duration("PreEnqueue", status.code, perf_counter() - start)
-        return status
+            return _raised("PreEnqueue", name, exc)
+        return SUCCESS
 
+    @_point("PreFilter", _second_code)
     def run_pre_filter(self, state: CycleState, pod: Pod) -> tuple[PreFilterResult | None, Status]:
         """Run every PreFilter plugin (upstream's ``RunPreFilterPlugins``).
 
@@ -620,29 +757,14 @@ class Framework:
         is Unresolvable. The returned result's ``plugins`` names the plugins that restricted
         the nodes.
         """
-        observer = self._observer
-        start = perf_counter() if observer is not None else 0.0
-        result, status = self._run_pre_filter(state, pod, self._plugin_observer(state))
-        if observer is not None:
-            observer.extension_point_duration("PreFilter", status.code, perf_counter() - start)
-        return result, status
-
-    def _run_pre_filter(
-        self, state: CycleState, pod: Pod, pobs: Observer | None
-    ) -> tuple[PreFilterResult | None, Status]:
         skip = state.skip_filter_plugins
         skip.clear()
         result: PreFilterResult | None = None
         rejected: Status | None = None
         name = ""
         try:
-            for name, fn in self._pre_filter:
-                if pobs is None:
-                    r, s = fn(state, pod)
-                else:
-                    t0 = perf_counter()
-                    r, s = fn(state, pod)
-                    pobs.plugin_duration(name, "PreFilter", s.code, perf_counter() - t0)
+            for name, fn in self._pre_filter_t if state.record_plugin_metrics else self._pre_filter:
+                r, s = fn(state, pod)
                 code = s.code
                 if code == Code.SKIP:
                     skip.add(name)
@@ -677,14 +799,12 @@ class Framework:
 
         Rejections keep their code and get the plugin's name; other codes become Error.
         Plugins in ``state.skip_filter_plugins`` are not called. O(filter plugins); the hot
-        path (module docstring).
+        path (module docstring). Not timed as a point: the cycle times the filter phase.
         """
-        if self._observer is not None and state.record_plugin_metrics:
-            return self._run_filter_observed(state, pod, node_info, self._observer)
         skip = state.skip_filter_plugins
         name = ""
         try:
-            for name, fn in self._filter:
+            for name, fn in self._filter_t if state.record_plugin_metrics else self._filter:
                 if skip and name in skip:
                     continue
                 status = fn(state, pod, node_info)
@@ -694,24 +814,7 @@ class Framework:
             return _raised("Filter", name, exc)
         return SUCCESS
 
-    def _run_filter_observed(
-        self, state: CycleState, pod: Pod, node_info: NodeInfo, observer: Observer
-    ) -> Status:
-        skip = state.skip_filter_plugins
-        name = ""
-        try:
-            for name, fn in self._filter:
-                if skip and name in skip:
-                    continue
-                t0 = perf_counter()
-                status = fn(state, pod, node_info)
-                observer.plugin_duration(name, "Filter", status.code, perf_counter() - t0)
-                if status.code:
-                    return _passed_on("Filter", name, status)
-        except Exception as exc:
-            return _raised("Filter", name, exc)
-        return SUCCESS
-
+    @_point("PostFilter", _second_code)
     def run_post_filter(
         self, state: CycleState, pod: Pod, statuses: Mapping[str, Status]
     ) -> tuple[PostFilterResult | None, Status]:
@@ -720,32 +823,15 @@ class Framework:
         Otherwise the result is Unschedulable with every plugin's reasons, attributed to the
         first; the last non-empty ``PostFilterResult`` is kept.
         """
-        observer = self._observer
-        start = perf_counter() if observer is not None else 0.0
-        result, status = self._run_post_filter(state, pod, statuses, self._plugin_observer(state))
-        if observer is not None:
-            observer.extension_point_duration("PostFilter", status.code, perf_counter() - start)
-        return result, status
-
-    def _run_post_filter(
-        self,
-        state: CycleState,
-        pod: Pod,
-        statuses: Mapping[str, Status],
-        pobs: Observer | None,
-    ) -> tuple[PostFilterResult | None, Status]:
         result: PostFilterResult | None = None
         reasons: list[str] = []
         rejector = ""
         name = ""
         try:
-            for name, fn in self._post_filter:
-                if pobs is None:
-                    r, s = fn(state, pod, statuses)
-                else:
-                    t0 = perf_counter()
-                    r, s = fn(state, pod, statuses)
-                    pobs.plugin_duration(name, "PostFilter", s.code, perf_counter() - t0)
+            for name, fn in (
+                self._post_filter_t if state.record_plugin_metrics else self._post_filter
+            ):
+                r, s = fn(state, pod, statuses)
                 if s.code == Code.SUCCESS:
                     return r, s
                 if s.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
@@ -760,35 +846,25 @@ class Framework:
             return None, _raised("PostFilter", name, exc)
         return result, Status(Code.UNSCHEDULABLE, tuple(reasons), rejector)
 
+    @_point("PreScore", _status_code)
     def run_pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status:
         """Run PreScore plugins; Skip puts the plugin in ``state.skip_score_plugins``, anything
         but Success or Skip is an Error."""
-        observer = self._observer
-        start = perf_counter() if observer is not None else 0.0
-        pobs = self._plugin_observer(state)
         skip = state.skip_score_plugins
         skip.clear()
-        status = SUCCESS
         name = ""
         try:
-            for name, fn in self._pre_score:
-                if pobs is None:
-                    s = fn(state, pod, nodes)
-                else:
-                    t0 = perf_counter()
-                    s = fn(state, pod, nodes)
-                    pobs.plugin_duration(name, "PreScore", s.code, perf_counter() - t0)
+            for name, fn in self._pre_score_t if state.record_plugin_metrics else self._pre_score:
+                s = fn(state, pod, nodes)
                 if s.code == Code.SKIP:
                     skip.add(name)
                 elif s.code:
-                    status = _failed("PreScore", name, s)
-                    break
+                    return _failed("PreScore", name, s)
         except Exception as exc:
-            status = _raised("PreScore", name, exc)
-        if observer is not None:
-            observer.extension_point_duration("PreScore", status.code, perf_counter() - start)
-        return status
+            return _raised("PreScore", name, exc)
+        return SUCCESS
 
+    @_point("Score", _second_code)
     def run_score(
         self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]
     ) -> tuple[list[NodeScore], Status]:
@@ -799,24 +875,16 @@ class Framework:
         ``score x weight`` to the node's total. Any failure is an Error and ``[]``.
         O(score plugins x nodes).
         """
-        observer = self._observer
-        start = perf_counter() if observer is not None else 0.0
-        scores, status = self._run_score(state, pod, nodes, self._plugin_observer(state))
-        if observer is not None:
-            observer.extension_point_duration("Score", status.code, perf_counter() - start)
-        return scores, status
-
-    def _run_score(
-        self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo], pobs: Observer | None
-    ) -> tuple[list[NodeScore], Status]:
         skip = state.skip_score_plugins
         totals = [0] * len(nodes)
         name = ""
         try:
-            for name, score, normalize, weight in self._score:
+            for name, score, normalize, weight in (
+                self._score_t if state.record_plugin_metrics else self._score
+            ):
                 if skip and name in skip:
                     continue
-                if normalize is None and pobs is None:  # the common case, kept tight
+                if normalize is None:  # the common case, kept tight
                     for i, node_info in enumerate(nodes):
                         value, status = score(state, pod, node_info)
                         if status.code:
@@ -827,32 +895,17 @@ class Framework:
                     continue
                 scores: list[NodeScore] = []
                 for node_info in nodes:
-                    if pobs is None:
-                        value, status = score(state, pod, node_info)
-                    else:
-                        t0 = perf_counter()
-                        value, status = score(state, pod, node_info)
-                        pobs.plugin_duration(name, "Score", status.code, perf_counter() - t0)
+                    value, status = score(state, pod, node_info)
                     if status.code:
                         return [], _failed("Score", name, status)
                     scores.append(NodeScore(node_info.name, value))
-                if normalize is not None:
-                    if pobs is None:
-                        status = normalize(state, pod, scores)
-                    else:
-                        t0 = perf_counter()
-                        status = normalize(state, pod, scores)
-                        pobs.plugin_duration(
-                            name, "ScoreExtensionNormalize", status.code, perf_counter() - t0
-                        )
-                    if status.code:
-                        return [], _failed("ScoreExtensionNormalize", name, status)
+                status = normalize(state, pod, scores)
+                if status.code:
+                    return [], _failed("ScoreExtensionNormalize", name, status)
                 for i, node_score in enumerate(scores):
                     value = node_score.score
                     if value < MIN_NODE_SCORE or value > MAX_NODE_SCORE:
-                        return [], _out_of_range(
-                            name, node_score.name, value, normalize is not None
-                        )
+                        return [], _out_of_range(name, node_score.name, value, True)
                     totals[i] += value * weight
         except Exception as exc:
             return [], _raised("Score", name, exc)
@@ -912,98 +965,69 @@ class Framework:
             return 0, (), _raised("Score", name, exc)
         return total, tuple(raw), SUCCESS
 
+    @_point("Reserve", _status_code)
     def run_reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """Reserve in order; the first failure stops (rejections keep their code, others become
         Error). On failure the caller must call ``run_unreserve``."""
-        observer = self._observer
-        start = perf_counter() if observer is not None else 0.0
-        pobs = self._plugin_observer(state)
-        status = SUCCESS
         name = ""
         try:
-            for name, reserve, _ in self._reserve:
-                if pobs is None:
-                    s = reserve(state, pod, node_name)
-                else:
-                    t0 = perf_counter()
-                    s = reserve(state, pod, node_name)
-                    pobs.plugin_duration(name, "Reserve", s.code, perf_counter() - t0)
+            for name, reserve in self._reserve_t if state.record_plugin_metrics else self._reserve:
+                s = reserve(state, pod, node_name)
                 if s.code:
-                    status = _passed_on("Reserve", name, s)
-                    break
+                    return _passed_on("Reserve", name, s)
         except Exception as exc:
-            status = _raised("Reserve", name, exc)
-        if observer is not None:
-            observer.extension_point_duration("Reserve", status.code, perf_counter() - start)
-        return status
+            return _raised("Reserve", name, exc)
+        return SUCCESS
 
+    @_point("Unreserve", _no_code)
     def run_unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
         """Unreserve every Reserve plugin, in reverse order; exceptions are logged, not raised."""
-        observer = self._observer
-        start = perf_counter() if observer is not None else 0.0
-        pobs = self._plugin_observer(state)
-        for name, _, unreserve in reversed(self._reserve):
-            t0 = perf_counter() if pobs is not None else 0.0
-            code = Code.SUCCESS
+        for name, unreserve in (
+            self._unreserve_t if state.record_plugin_metrics else self._unreserve
+        ):
             try:
                 unreserve(state, pod, node_name)
             except Exception:
-                code = Code.ERROR
                 log.exception(
                     "Unreserve plugin %r failed for pod %s on node %s",
                     name,
                     _pod_name(pod),
                     node_name,
                 )
-            if pobs is not None:
-                pobs.plugin_duration(name, "Unreserve", code, perf_counter() - t0)
-        if observer is not None:
-            observer.extension_point_duration("Unreserve", Code.SUCCESS, perf_counter() - start)
 
+    @_point("Permit", _status_code)
     def run_permit(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """Run Permit plugins (upstream's ``RunPermitPlugins``).
 
         The first rejection (or Error) is returned at once. Plugins that return Wait are
         collected with their timeouts (capped at ``MAX_PERMIT_TIMEOUT``); if any did and none
-        rejected, the pod becomes a ``WaitingPod`` and the result is Wait: the binding cycle then
+        rejected, the pod becomes a waiting pod and the result is Wait: the binding cycle then
         awaits ``wait_on_permit``. The wait times out at the earliest pending deadline.
         """
-        observer = self._observer
-        start = perf_counter() if observer is not None else 0.0
-        pobs = self._plugin_observer(state)
         waits: dict[str, float] = {}
-        status = SUCCESS
         name = ""
         try:
-            for name, fn in self._permit:
-                if pobs is None:
-                    s, timeout = fn(state, pod, node_name)
-                else:
-                    t0 = perf_counter()
-                    s, timeout = fn(state, pod, node_name)
-                    pobs.plugin_duration(name, "Permit", s.code, perf_counter() - t0)
+            for name, fn in self._permit_t if state.record_plugin_metrics else self._permit:
+                s, timeout = fn(state, pod, node_name)
                 if not s.code:
                     continue
                 if s.code == Code.WAIT:
                     waits[name] = min(max(float(timeout), 0.0), MAX_PERMIT_TIMEOUT)
                     continue
-                status = _passed_on("Permit", name, s)
-                break
+                return _passed_on("Permit", name, s)
         except Exception as exc:
-            status = _raised("Permit", name, exc)
-        if not status.code and waits:
-            waiting = WaitingPod(pod, waits, self._clock)
-            previous = self._waiting.get(waiting.uid)
-            if previous is not None:
-                previous.reject("", "superseded by a new scheduling attempt")
-            self._waiting[waiting.uid] = waiting
-            status = Status(
-                Code.WAIT,
-                (f"one or more plugins asked to wait and no plugin rejected pod {_pod_name(pod)}",),
-            )
-        if observer is not None:
-            observer.extension_point_duration("Permit", status.code, perf_counter() - start)
-        return status
+            return _raised("Permit", name, exc)
+        if not waits:
+            return SUCCESS
+        waiting = _WaitingPod(pod, waits, self._clock)
+        previous = self._waiting.get(waiting.uid)
+        if previous is not None:
+            previous.reject("", "superseded by a new scheduling attempt")
+        self._waiting[waiting.uid] = waiting
+        return Status(
+            Code.WAIT,
+            (f"one or more plugins asked to wait and no plugin rejected pod {_pod_name(pod)}",),
+        )
 
     # -- binding cycle: asyncio ----------------------------------------------------------
 
@@ -1027,73 +1051,49 @@ class Framework:
             observer.permit_wait_duration(status.code, perf_counter() - start)
         return status
 
-    async def _run_async(
-        self,
-        point: str,
-        plugins: tuple[tuple[str, Callable[[CycleState, Pod, str], Awaitable[Status]]], ...],
-        state: CycleState,
-        pod: Pod,
-        node_name: str,
-        bind: bool,
-    ) -> Status:
-        observer = self._observer
-        start = perf_counter() if observer is not None else 0.0
-        pobs = self._plugin_observer(state)
-        status = Status.skip() if bind else SUCCESS
-        name = ""
-        try:
-            for name, fn in plugins:
-                t0 = perf_counter() if pobs is not None else 0.0
-                s = await fn(state, pod, node_name)
-                if pobs is not None:
-                    pobs.plugin_duration(name, point, s.code, perf_counter() - t0)
-                if bind and s.code == Code.SKIP:
-                    continue
-                if s.code:
-                    status = _passed_on(point, name, s)
-                    break
-                if bind:
-                    status = s
-                    break
-        except Exception as exc:
-            status = _raised(point, name, exc)
-        if observer is not None:
-            observer.extension_point_duration(point, status.code, perf_counter() - start)
-        return status
-
+    @_point("PreBind", _status_code)
     async def run_pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """PreBind in order; the first failure stops (the caller then unreserves)."""
-        return await self._run_async("PreBind", self._pre_bind, state, pod, node_name, False)
+        name = ""
+        try:
+            for name, fn in self._pre_bind_t if state.record_plugin_metrics else self._pre_bind:
+                s = await fn(state, pod, node_name)
+                if s.code:
+                    return _passed_on("PreBind", name, s)
+        except Exception as exc:
+            return _raised("PreBind", name, exc)
+        return SUCCESS
 
+    @_point("Bind", _status_code)
     async def run_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """Bind plugins in order until one does not return Skip; its status is the result.
 
         Skip if every plugin skipped (the caller treats that as a failure to bind).
         """
-        return await self._run_async("Bind", self._bind, state, pod, node_name, True)
+        name = ""
+        try:
+            for name, fn in self._bind_t if state.record_plugin_metrics else self._bind:
+                s = await fn(state, pod, node_name)
+                if s.code == Code.SKIP:
+                    continue
+                return _passed_on("Bind", name, s) if s.code else s
+        except Exception as exc:
+            return _raised("Bind", name, exc)
+        return Status.skip()
 
+    @_point("PostBind", _no_code)
     async def run_post_bind(self, state: CycleState, pod: Pod, node_name: str) -> None:
         """Informational PostBind plugins; exceptions are logged, and all plugins run."""
-        observer = self._observer
-        start = perf_counter() if observer is not None else 0.0
-        pobs = self._plugin_observer(state)
-        for name, fn in self._post_bind:
-            t0 = perf_counter() if pobs is not None else 0.0
-            code = Code.SUCCESS
+        for name, fn in self._post_bind_t if state.record_plugin_metrics else self._post_bind:
             try:
                 await fn(state, pod, node_name)
             except Exception:
-                code = Code.ERROR
                 log.exception(
                     "PostBind plugin %r failed for pod %s on node %s",
                     name,
                     _pod_name(pod),
                     node_name,
                 )
-            if pobs is not None:
-                pobs.plugin_duration(name, "PostBind", code, perf_counter() - t0)
-        if observer is not None:
-            observer.extension_point_duration("PostBind", Code.SUCCESS, perf_counter() - start)
 
     def __repr__(self) -> str:
         return f"<Framework {self.profile_name!r} plugins={list(self._plugins)}>"
@@ -1118,16 +1118,21 @@ def build_frameworks(
     clock: Clock | None = None,
     observer: Observer | None = None,
     observer_for: Callable[[str], Observer] | None = None,
-    source: str = "<config>",
+    source: str | None = None,
     kube: Kube | None = None,
+    node_lister: NodeLister | None = None,
+    events: EventRecorder | None = None,
 ) -> dict[str, Framework]:
     """One ``Framework`` per profile, by scheduler name (upstream's ``profile.NewMap``).
 
     All profiles must use the same QueueSort plugin (one queue serves them all). ``observer``
     is shared by every profile; ``observer_for`` (it wins) gives each profile its own, called
     with the profile's scheduler name, since extension-point durations carry a ``profile``
-    label (``Metrics.observer``).
+    label (``Metrics.observer``). Errors name ``source``, else the file the configuration was
+    loaded from (``config.origin``), with its lines.
     """
+    origin = config.origin
+    where = source or (origin.source if origin is not None else "<config>")
     frameworks: dict[str, Framework] = {}
     first_sort: tuple[str, str] | None = None
     for i, profile in enumerate(config.profiles):
@@ -1136,19 +1141,29 @@ def build_frameworks(
             registry,
             clock=clock,
             observer=observer_for(profile.scheduler_name) if observer_for else observer,
-            source=source,
+            source=where,
             path=f"profiles[{i}]",
             kube=kube,
+            node_lister=node_lister,
+            events=events,
+            origin=origin,
         )
         sort_name = fw.list_plugins()["queueSort"][0]
         if first_sort is None:
             first_sort = (sort_name, profile.scheduler_name)
         elif sort_name != first_sort[0]:
-            raise ConfigError.single(
-                source,
-                f"profiles[{i}].plugins.queueSort",
-                f"uses {sort_name!r} but profile {first_sort[1]!r} uses {first_sort[0]!r}; all "
-                f"profiles share one queue, so they must use the same queue sort plugin",
+            path = f"profiles[{i}].plugins.queueSort"
+            raise ConfigError(
+                where,
+                [
+                    Problem(
+                        path,
+                        f"uses {sort_name!r} but profile {first_sort[1]!r} uses "
+                        f"{first_sort[0]!r}; all profiles share one queue, so they must use "
+                        f"the same queue sort plugin",
+                        origin.line(path) if origin is not None else None,
+                    )
+                ],
             )
         frameworks[profile.scheduler_name] = fw
     return frameworks

@@ -505,7 +505,7 @@ def test_plugin_args_are_validated_and_passed() -> None:
             profiles:
             - plugins: {filter: {enabled: [{name: GPUFitt}]}}
             """,
-            "gpusched.yaml: profiles[0].plugins.filter: unknown plugin 'GPUFitt'; known plugins: "
+            "gpusched.yaml:4: profiles[0].plugins.filter: unknown plugin 'GPUFitt'; known plugins: "
             "Binder, Fit, OtherSort, Ranker, Sort",
             id="unknown-plugin",
         ),
@@ -514,7 +514,7 @@ def test_plugin_args_are_validated_and_passed() -> None:
             profiles:
             - pluginConfig: [{name: Nope, args: {}}]
             """,
-            "gpusched.yaml: profiles[0].pluginConfig[0].name: unknown plugin 'Nope'; known "
+            "gpusched.yaml:4: profiles[0].pluginConfig[0].name: unknown plugin 'Nope'; known "
             "plugins: Binder, Fit, OtherSort, Ranker, Sort",
             id="unknown-plugin-config",
         ),
@@ -523,7 +523,7 @@ def test_plugin_args_are_validated_and_passed() -> None:
             profiles:
             - plugins: {score: {enabled: [{name: Fit}]}}
             """,
-            "gpusched.yaml: profiles[0].plugins.score: plugin 'Fit' does not implement score: "
+            "gpusched.yaml:4: profiles[0].plugins.score: plugin 'Fit' does not implement score: "
             "Fit is not a ScorePlugin; remove it from score.enabled",
             id="wrong-extension-point",
         ),
@@ -533,7 +533,7 @@ def test_plugin_args_are_validated_and_passed() -> None:
             - plugins: {filter: {enabled: [{name: Fit}]}}
               pluginConfig: [{name: Fit, args: {maxGpus: many}}]
             """,
-            "gpusched.yaml: profiles[0].pluginConfig[0].args.maxGpus: must be an integer "
+            "gpusched.yaml:5: profiles[0].pluginConfig[0].args.maxGpus: must be an integer "
             "(got 'many')",
             id="bad-args",
         ),
@@ -543,7 +543,7 @@ def test_plugin_args_are_validated_and_passed() -> None:
             - plugins: {filter: {enabled: [{name: Fit}]}}
               pluginConfig: [{name: Fit, args: {maxGPUs: 2}}]
             """,
-            "gpusched.yaml: profiles[0].pluginConfig[0].args.maxGPUs: unknown field; did you "
+            "gpusched.yaml:5: profiles[0].pluginConfig[0].args.maxGPUs: unknown field; did you "
             "mean 'maxGpus'? (allowed here: maxGpus)",
             id="unknown-arg",
         ),
@@ -553,7 +553,7 @@ def test_plugin_args_are_validated_and_passed() -> None:
             - plugins: {filter: {enabled: [{name: Fit}]}}
               pluginConfig: [{name: Fit, args: {maxGpus: 13}}]
             """,
-            "gpusched.yaml: profiles[0].pluginConfig[0].args: initializing plugin 'Fit' "
+            "gpusched.yaml:5: profiles[0].pluginConfig[0].args: initializing plugin 'Fit' "
             f"({Fit.__module__}.Fit) failed: ValueError: 13 is unlucky",
             id="factory-fails",
         ),
@@ -562,7 +562,7 @@ def test_plugin_args_are_validated_and_passed() -> None:
             profiles:
             - plugins: {queueSort: {enabled: [{name: OtherSort}]}}
             """,
-            "gpusched.yaml: profiles[0].plugins.queueSort: exactly one queue sort plugin must be "
+            "gpusched.yaml:4: profiles[0].plugins.queueSort: exactly one queue sort plugin must be "
             "enabled (got 2: Sort, OtherSort)",
             id="two-queue-sorts",
         ),
@@ -571,7 +571,7 @@ def test_plugin_args_are_validated_and_passed() -> None:
             profiles:
             - plugins: {multiPoint: {disabled: [{name: Sort}]}}
             """,
-            "gpusched.yaml: profiles[0].plugins.queueSort: exactly one queue sort plugin must be "
+            "gpusched.yaml:4: profiles[0].plugins.queueSort: exactly one queue sort plugin must be "
             "enabled (got 0)",
             id="no-queue-sort",
         ),
@@ -580,7 +580,7 @@ def test_plugin_args_are_validated_and_passed() -> None:
             profiles:
             - plugins: {bind: {disabled: [{name: "*"}]}}
             """,
-            "gpusched.yaml: profiles[0].plugins.bind: at least one bind plugin must be enabled",
+            "gpusched.yaml:4: profiles[0].plugins.bind: at least one bind plugin must be enabled",
             id="no-binder",
         ),
         pytest.param(
@@ -592,7 +592,7 @@ def test_plugin_args_are_validated_and_passed() -> None:
                 multiPoint: {disabled: [{name: Sort}]}
                 queueSort: {enabled: [{name: OtherSort}]}
             """,
-            "gpusched.yaml: profiles[1].plugins.queueSort: uses 'OtherSort' but profile 'a' uses "
+            "gpusched.yaml:8: profiles[1].plugins.queueSort: uses 'OtherSort' but profile 'a' uses "
             "'Sort'; all profiles share one queue, so they must use the same queue sort plugin",
             id="profiles-disagree-on-queue-sort",
         ),

@@ -284,3 +284,22 @@ def test_package_reexports() -> None:
     points = {"PreEnqueue", "QueueSort", "PreFilter", "Filter", "PostFilter", "PreScore"}
     points |= {"Score", "Reserve", "Permit", "PreBind", "Bind", "PostBind"}
     assert all(issubclass(getattr(package, f"{p}Plugin"), Plugin) for p in points)
+
+
+def test_a_broken_installed_plugin_names_its_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed package (a ``.dist-info`` on the path) whose entry point does not import:
+    the error names the distribution, its version and the entry point."""
+    info = tmp_path / "broken_gpu_plugin-0.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-gpu-plugin\nVersion: 0.3\n")
+    (info / "entry_points.txt").write_text("[gpusched.plugins]\nBroken = no_such_module:Broken\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RegistryError) as caught:
+        PluginRegistry().with_entry_points()
+    assert str(caught.value) == (
+        "cannot load entry point Broken = no_such_module:Broken (group gpusched.plugins, "
+        "distribution broken-gpu-plugin 0.3): ModuleNotFoundError: No module named "
+        "'no_such_module'"
+    )

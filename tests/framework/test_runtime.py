@@ -1051,3 +1051,53 @@ async def test_observer(sampled: bool) -> None:
         ("Binder", "Bind", Code.SUCCESS),
     ]
     assert recorder.plugins == (expected_plugins if sampled else [])
+
+
+# -- the Handle ------------------------------------------------------------------------------
+
+
+def test_the_handle_gives_the_services_it_was_built_with() -> None:
+    from gpusched.cache import Snapshot
+    from gpusched.framework import Handle, NodeLister
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.events: list[tuple[str, ...]] = []
+
+        def eventf(
+            self, regarding: Any, event_type: str, reason: str, action: str, message: str
+        ) -> None:
+            self.events.append((regarding["metadata"]["name"], event_type, reason, action, message))
+
+    seen: dict[str, Any] = {}
+
+    class Probe(FilterPlugin):
+        NAME = "Probe"
+
+        def __init__(self, handle: Handle) -> None:
+            self.handle = handle
+
+        @classmethod
+        def new(cls, args: Any, handle: Handle) -> Probe:
+            return cls(handle)
+
+        def filter(self, state: CycleState, pod: Any, node_info: Any) -> Status:
+            seen["nodes"] = self.handle.node_lister.num_nodes
+            self.handle.events.eventf(pod, "Normal", "Probed", "Filter", node_info.name)
+            return SUCCESS
+
+    snapshot: NodeLister = Snapshot()  # the scheduler's snapshot is the Handle's node lister
+    recorder = Recorder()
+    profile = Profile.model_validate({"plugins": {"filter": {"enabled": [{"name": "Probe"}]}}})
+    config = apply_default_plugins(SchedulerConfiguration(profiles=[profile]), BASE)
+    registry = PluginRegistry()
+    for cls in (Sort, Binder, Probe):
+        registry.register(cls)
+    fw = Framework(config.profiles[0], registry, node_lister=snapshot, events=recorder)
+    assert fw.run_filter(CycleState(), POD, NODES[0]) is SUCCESS
+    assert seen == {"nodes": 0}
+    assert recorder.events == [("p", "Normal", "Probed", "Filter", "n0")]
+    bare = build({"filter": {"enabled": [{"name": "Probe"}]}}, Probe)
+    for service in ("node_lister", "events", "kube"):
+        with pytest.raises(RuntimeError, match="built without"):
+            getattr(bare, service)

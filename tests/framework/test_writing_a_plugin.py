@@ -1,8 +1,9 @@
 """The README's "Writing a plugin", run: a new plugin is one subclass and one line of config.
 
-The two plugin files below are the README's examples, verbatim. Each is dropped into a plugins
-package (as a new file in ``plugins/`` would be), discovered by ``in_tree``, enabled by one line
-of configuration, and run through a scheduling cycle.
+The README's plugin (PreferH100, read from its package in ``tests/data``) and a second one
+with a PreFilter, a Filter and args are each dropped into a plugins package (as a new file in
+``plugins/`` would be), discovered by ``in_tree``, enabled by one line of configuration, and
+run through a scheduling cycle.
 """
 
 from __future__ import annotations
@@ -33,28 +34,10 @@ from gpusched.framework import (
     parse_config,
 )
 
-PREFER_H100 = '''\
-"""PreferH100: rank nodes with H100 GPUs first."""
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from gpusched.framework import SUCCESS, CycleState, Pod, ScorePlugin, Status
-
-if TYPE_CHECKING:
-    from gpusched.cache import NodeInfo
-
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-
-
-class PreferH100(ScorePlugin):
-    NAME = "PreferH100"
-
-    def score(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> tuple[int, Status]:
-        product = node_info.labels.get(PRODUCT_LABEL, "")
-        return (100 if "H100" in product else 0), SUCCESS
-'''
+PREFER_H100 = (
+    Path(__file__).parents[1] / "data" / "prefer-h100-plugin" / "prefer_h100.py"
+).read_text()
+"""The README's plugin, as its out-of-tree package ships it (test_out_of_tree_plugin.py)."""
 
 MIN_GPU_MEMORY = '''\
 """MinGPUMemory: only nodes whose GPUs have at least the memory a pod asks for."""
@@ -281,6 +264,6 @@ def test_a_typo_in_the_one_line_says_what_exists(plugins_package: str) -> None:
     with pytest.raises(ConfigError) as info:
         framework(plugins_package, CONFIG.replace("PreferH100", "PreferH200", 1))
     assert str(info.value) == (
-        "gpusched.yaml: profiles[0].plugins.multiPoint: unknown plugin 'PreferH200'; known "
+        "gpusched.yaml:5: profiles[0].plugins.multiPoint: unknown plugin 'PreferH200'; known "
         "plugins: DefaultBinder, MinGPUMemory, PreferH100, PrioritySort"
     )

@@ -17,6 +17,7 @@ from gpusched.annotations import (
     parse_assignment,
 )
 from gpusched.framework import (
+    DEVICE_ASSIGNMENT,
     SUCCESS,
     Code,
     CycleState,
@@ -26,7 +27,7 @@ from gpusched.framework import (
     in_tree,
 )
 from gpusched.kube import Kube
-from gpusched.plugins.default_binder import ASSIGNMENT, NAME, DefaultBinder, binding_body
+from gpusched.plugins.default_binder import NAME, DefaultBinder, binding_body
 from gpusched.sim import SimCluster
 
 NS = "ml"
@@ -80,7 +81,7 @@ async def test_bind_sets_the_node_and_the_annotations(kube: Kube) -> None:
     assert fw.list_plugins()["bind"] == [NAME]
     pod = await create_pod(kube)
     state = CycleState()
-    state.write(ASSIGNMENT, ASSIGNED)
+    state.write(DEVICE_ASSIGNMENT, ASSIGNED)
     assert await fw.run_bind(state, pod, "node-1") is SUCCESS
     bound = await kube.get(f"/api/v1/namespaces/{NS}/pods/train")
     assert bound["spec"]["nodeName"] == "node-1"

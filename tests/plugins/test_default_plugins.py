@@ -53,7 +53,7 @@ def test_the_default_configuration_builds() -> None:
         "postFilter": [],
         "preScore": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit"],
         "score": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit"],
-        "reserve": [],
+        "reserve": ["GPUFit"],
         "permit": [],
         "preBind": [],
         "bind": ["DefaultBinder"],

@@ -12,6 +12,7 @@ from builders import Cluster, NodeBuilder, PodBuilder, make_node, make_pod, run_
 from gpusched.annotations import GPU_IDS, PRIORITY, Assignment
 from gpusched.cache import NodeInfo, pod_requests
 from gpusched.framework import (
+    DEVICE_ASSIGNMENT,
     SKIP,
     SUCCESS,
     Code,
@@ -596,6 +597,32 @@ def test_the_choice_is_assumed_and_the_next_pod_avoids_it(fw: Framework) -> None
     chosen = choice_for(second.state, DGX)
     assert chosen is not None
     assert chosen.gpu_ids == (6, 7)  # the other NV2 pair behind one switch
+
+
+def test_reserve_writes_the_choice_on_the_chosen_node_as_the_device_assignment() -> None:
+    info = Cluster.fleet("dgx-v100", nodes=1).node(DGX)
+    plugin = GPUFit()
+    pod = make_pod().gpus(2).obj()
+    state = CycleState()
+    plugin.pre_filter(state, pod)
+    plugin.filter(state, pod, info)
+    choice = choice_for(state, DGX)
+    assert choice is not None
+    assert plugin.reserve(state, pod, DGX) is SUCCESS
+    assert state.read(DEVICE_ASSIGNMENT) == choice.to_assignment()  # no reservation uid yet
+    plugin.unreserve(state, pod, DGX)
+    plugin.unreserve(state, pod, DGX)  # idempotent
+    assert DEVICE_ASSIGNMENT not in state
+    status = plugin.reserve(state, pod, "not-filtered")
+    assert (status.code, status.plugin) == (Code.ERROR, NAME)
+
+
+def test_reserve_writes_nothing_for_a_pod_without_gpus() -> None:
+    state = CycleState()
+    pod = make_pod().cpu("1").obj()
+    GPUFit().pre_filter(state, pod)
+    assert GPUFit().reserve(state, pod, "n") is SUCCESS
+    assert DEVICE_ASSIGNMENT not in state
 
 
 def test_choices_survive_a_cloned_state() -> None:
