@@ -4,7 +4,8 @@ A replica that joins is seen by the other through its membership Lease; one that
 deletes it, and its share goes back at once; one that dies (its Lease left behind, no longer
 renewed) keeps its share until the Lease expires, then the live replica schedules its pods too.
 The dead replica is a membership Lease written by the test, on a fake clock shared with the
-live replica, so its expiry is a clock step and not a wait.
+live replica, so its expiry is a clock step and not a wait. Both node choices are checked: the
+equivalence classes and the sampled cycle.
 """
 
 from __future__ import annotations
@@ -67,10 +68,13 @@ async def test_replicas_see_each_other_join_and_leave(bed: Bed) -> None:
     assert not [n for n in await bed.leases() if n.startswith("gpusched-replica-")]
 
 
-async def test_a_dead_replicas_share_is_taken_once_its_lease_expires(bed: Bed) -> None:
+@pytest.mark.parametrize("batching", [True, False], ids=["classes", "sampled"])
+async def test_a_dead_replicas_share_is_taken_once_its_lease_expires(
+    bed: Bed, batching: bool
+) -> None:
     clock = FakeClock()
-    config = bed.config()
-    async with bed.running("replica-a", clock=clock) as a:
+    config = bed.config().model_copy(update={"opportunistic_batching": batching})
+    async with bed.running("replica-a", config, clock=clock) as a:
         dead = Membership(
             "replica-dead",
             [bed.scheduler_name],
