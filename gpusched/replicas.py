@@ -44,6 +44,7 @@ import contextlib
 import hashlib
 import logging
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -189,6 +190,8 @@ class Membership:
         self.on_write = on_write
         self.active = False
         """Whether this replica counts itself in (``keep`` is running)."""
+        self.writes: Counter[str] = Counter()
+        """Membership Lease writes that landed, by verb (``on_write`` is told of each too)."""
         self._members: dict[str, Member] = {}  # Lease name -> another replica
         self._live: frozenset[str] = frozenset()  # Lease names of the live others
         self._next_expiry = float("inf")  # when the live set must be looked at again
@@ -317,8 +320,7 @@ class Membership:
             self._shares.clear()
             with contextlib.suppress(APIError, asyncio.TimeoutError):
                 await asyncio.wait_for(kube.delete(self._path(self.lease_name)), timeout=5)
-                if self.on_write is not None:
-                    self.on_write("leases", "delete")
+                self._wrote("delete")
 
     async def _renew(self, kube: Kube) -> None:
         for _attempt in range(3):
@@ -344,10 +346,14 @@ class Membership:
                 self._resource_version = ""  # deleted under us: create it again
                 continue
             self._resource_version = str(written["metadata"]["resourceVersion"])
-            if self.on_write is not None:
-                self.on_write("leases", verb)
+            self._wrote(verb)
             return
         log.warning("%s: membership Lease kept changing; renewing later", self.identity)
+
+    def _wrote(self, verb: str) -> None:
+        self.writes[verb] += 1
+        if self.on_write is not None:
+            self.on_write("leases", verb)
 
     def _check(self) -> None:
         assert self._live <= self._members.keys()
