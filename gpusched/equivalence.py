@@ -19,6 +19,10 @@ GPU pods per node, so it keeps the idea and changes the bookkeeping:
   approximates. Ties are broken by a random draw per entry, so two replicas spread out, and the
   chosen node is filtered once more in the cycle's own state (which also records GPUFit's
   device choice there).
+- With other active replicas (a ``gpusched.replicas.Share``), the class also ranks the feasible
+  nodes of this replica's share apart, and the winner is the top of that ranking: the best node
+  of the share, or of all nodes when no node of the share fits. The share ranking is rebuilt
+  (O(n log n)) when the share changes, i.e. when replicas join or leave.
 
 Exactness. A class is used only while it gives what a full evaluation of every node would: the
 signature contract makes Filter and un-normalised Score functions of (signature, node info);
@@ -50,6 +54,7 @@ from gpusched.framework import CycleState, Framework, Pod, Status
 
 if TYPE_CHECKING:
     from gpusched.cache import NodeInfo, Snapshot
+    from gpusched.replicas import Share
 
 __all__ = ["EquivalenceCache", "Placement"]
 
@@ -80,9 +85,11 @@ class _Class:
         "generation",
         "membership",
         "normalised",
+        "own",
         "ranked",
         "raw",
         "rejected",
+        "share",
     )
 
     def __init__(self) -> None:
@@ -95,10 +102,33 @@ class _Class:
         """Feasible node -> raw scores of the normalised Score plugins."""
         self.normalised: list[Counter[int]] = []
         """Per normalised Score plugin: how many feasible nodes have each raw score."""
+        self.share: Share | None = None
+        self.own: SortedList | None = None
+        """The entries of ``ranked`` in ``share`` (kept only while there is a share)."""
+
+    def use_share(self, share: Share | None) -> None:
+        """Rank the nodes of ``share`` apart from now on (``None``: stop). O(n log n) when the
+        share changed, else O(1)."""
+        if share is self.share:
+            return
+        self.share = share
+        self.own = (
+            SortedList(e for e in self.entries.values() if share.mine(e[2]))
+            if share is not None
+            else None
+        )
+
+    def add(self, entry: _Entry) -> None:
+        self.entries[entry[2]] = entry
+        self.ranked.add(entry)
+        if self.own is not None and self.share is not None and self.share.mine(entry[2]):
+            self.own.add(entry)
 
     def clear(self) -> None:
         self.entries.clear()
         self.ranked.clear()
+        if self.own is not None:
+            self.own.clear()
         self.rejected.clear()
         self.raw.clear()
         self.normalised.clear()
@@ -107,6 +137,8 @@ class _Class:
         entry = self.entries.pop(name, None)
         if entry is not None:
             self.ranked.remove(entry)
+            if self.own is not None and self.share is not None and self.share.mine(name):
+                self.own.remove(entry)
             for counter, value in zip(self.normalised, self.raw.pop(name), strict=True):
                 counter[value] -= 1
                 if not counter[value]:
@@ -123,6 +155,11 @@ class _Class:
         assert not (self.entries.keys() & self.rejected.keys())
         for entry in self.ranked:
             assert self.entries[entry[2]] == entry
+        if self.share is None:
+            assert self.own is None
+        else:
+            assert self.own is not None
+            assert list(self.own) == [e for e in self.ranked if self.share.mine(e[2])]
         for i, counter in enumerate(self.normalised):
             assert counter == Counter(raw[i] for raw in self.raw.values())
 
@@ -151,10 +188,12 @@ class EquivalenceCache:
         pod: Pod,
         signature: Hashable,
         snapshot: Snapshot,
+        share: Share | None = None,
     ) -> Placement | None:
         """The best node for ``pod`` by its class, or ``None``: no class (yet) for this
         signature, or not a usable one; then the caller runs the ordinary cycle. PreFilter has
-        run in ``state`` and restricted nothing."""
+        run in ``state`` and restricted nothing. With a ``share`` (other replicas are active),
+        the best node of the share if one fits, else the best of all."""
         cls = self._classes.get(signature)
         if cls is None:
             if self._abandoned.get(signature) == snapshot.membership:
@@ -177,6 +216,7 @@ class EquivalenceCache:
         else:
             changed = snapshot.changed_since(cls.generation)
         cls.generation = snapshot.generation
+        cls.use_share(share)
         changed = list(changed)
         status = fw.run_pre_score(state, pod, changed)
         if not status.is_success:
@@ -194,7 +234,7 @@ class EquivalenceCache:
             return None
         if not cls.ranked:
             return Placement(None, dict(cls.rejected), evaluated=evaluated)
-        best = cls.ranked[0][2]
+        best = (cls.own or cls.ranked)[0][2]
         chosen = snapshot.get(best)
         check = fw.run_filter(state, pod, chosen) if chosen is not None else None
         if check is None or not check.is_success:
@@ -225,9 +265,7 @@ class EquivalenceCache:
         total, raw, status = fw.score_node(state, pod, node_info)
         if not status.is_success:
             return status
-        entry = (-total, self._rng.random(), name)
-        cls.entries[name] = entry
-        cls.ranked.add(entry)
+        cls.add((-total, self._rng.random(), name))
         if not cls.normalised and raw:
             cls.normalised = [Counter() for _ in raw]
         cls.raw[name] = raw

@@ -70,6 +70,7 @@ from gpusched.kube.errors import APIError, APINotFound
 from gpusched.kube.reflector import Reflector
 from gpusched.metrics import Metrics
 from gpusched.queue import QueueClosed, QueuedPodInfo, SchedulingQueue
+from gpusched.replicas import MEMBER_LABEL, Membership
 from gpusched.reservation_book import ReservationBook
 from gpusched.reservations import (
     NODE_LABEL,
@@ -304,6 +305,18 @@ class Scheduler:
         self.ready = asyncio.Event()
         self.scheduled = 0
         self.failed_binds = 0
+        # Other active replicas: shares of the pods and nodes (gpusched.replicas).
+        self.membership = Membership(
+            self.identity,
+            self.frameworks,
+            self.clock,
+            namespace=res.namespace,
+            lease_duration=self.config.replicas.lease_duration_seconds,
+            renew_period=self.config.replicas.renew_period_seconds,
+            skew=res.max_clock_skew_seconds,
+            on_change=self._on_shares_changed,
+            on_write=self.metrics.api_write,
+        )
         self.informers = self._informers()
         self.pods = self.informers[2]
 
@@ -327,6 +340,13 @@ class Scheduler:
                 handler=self._on_lease,
                 label_selector=NODE_LABEL,
                 name="reservations",
+            ),
+            Reflector(
+                k,
+                resource_path("coordination.k8s.io", "v1", "leases", ns),
+                handler=self.membership.on_lease,
+                label_selector=MEMBER_LABEL,
+                name="replicas",
             ),
         ]
 
@@ -362,6 +382,28 @@ class Scheduler:
     def leases(self) -> Mapping[str, NodeLease]:
         """The reservation Leases by node, as the informer shows them."""
         return self.book.leases
+
+    def _on_shares_changed(self) -> None:
+        """The live replicas changed: queue the pending pods that are now this replica's (those
+        of a replica that left; see ``schedule_one``). O(pods in the informer)."""
+        for pod in self.pods.items.values():
+            spec = pod.get("spec") or {}
+            meta = pod["metadata"]
+            uid = meta["uid"]
+            name = spec.get("schedulerName", "")
+            if (
+                spec.get("nodeName")
+                or name not in self.frameworks
+                or meta.get("deletionTimestamp")
+                or (pod.get("status") or {}).get("phase") in _TERMINAL
+                or self.queue.get(uid) is not None
+                or uid in self._binding
+                or self.cache.is_assumed(uid)
+                or not self.membership.takes(uid, name)
+            ):
+                continue
+            self.queue.add(pod)  # a pod PreEnqueue holds back is reported by on_gated
+
 
     def _forget_assumed(self, pod_uid: str) -> None:
         """Forget an assumed pod (a phantom, or a failed bind of ours) and tell the queue, as
@@ -412,6 +454,9 @@ class Scheduler:
             return
         if uid in self._binding or self.cache.is_assumed(uid):
             return  # our decision is being bound; this is an older view of the pod
+        if not self.membership.takes(uid, spec["schedulerName"]):
+            self.queue.delete(pod)  # another live replica's (queued again if it leaves)
+            return
         # PreEnqueue runs in the queue; a pod it gates is reported through ``on_gated``.
         if old is not None:
             self.queue.update(old, pod)
@@ -481,6 +526,10 @@ class Scheduler:
                 )
             )
             tasks.append(asyncio.create_task(self._publish_gpu_metrics(), name="gpu-metrics"))
+            if self.config.replicas.shares:  # deletes its membership Lease when cancelled
+                tasks.append(
+                    asyncio.create_task(self.membership.keep(self.kube), name="replica-membership")
+                )
             await self._loop()
         finally:
             self.queue.close()
@@ -518,7 +567,8 @@ class Scheduler:
         pod = info.pod
         started = time.perf_counter()
         fw = self.frameworks.get((pod.get("spec") or {}).get("schedulerName", ""))
-        if fw is None:
+        if fw is None or not self.membership.takes(info.uid, fw.profile_name):
+            # Another live replica's pod: left to it (queued again if it leaves).
             self.queue.done(info.uid, info.cycle)
             return SchedulingResult(None)
         if self.cache.is_assumed(info.uid):
@@ -600,10 +650,11 @@ class Scheduler:
         n = len(nodes)
         if n == 0:
             return SchedulingResult(None, status=Status.unresolvable("no nodes available"))
+        share = self.membership.share(fw.profile_name)  # None: alone, every node is ours
         if self.equivalence is not None and (pre is None or pre.node_names is None):
             signature = fw.sign_pod(pod)
             if signature is not None:
-                placed = self.equivalence.place(fw, state, pod, signature, self.snapshot)
+                placed = self.equivalence.place(fw, state, pod, signature, self.snapshot, share)
                 if placed is not None:
                     return self._placed(placed)
         wanted = num_feasible_nodes_to_find(n, self.config.percentage_of_nodes_to_score)
@@ -631,7 +682,9 @@ class Scheduler:
         )
         if not feasible:
             return SchedulingResult(None, statuses=statuses, evaluated=evaluated)
-        chosen = feasible[0]
+        # Other replicas active: the best node of our share if one is feasible, else any.
+        own = {ni.name for ni in feasible if share.mine(ni.name)} if share is not None else None
+        chosen = next(ni for ni in feasible if ni.name in own) if own else feasible[0]
         if len(feasible) > 1 and fw.has_score_plugins():
             status = fw.run_pre_score(state, pod, feasible)
             if not status.is_success:
@@ -643,6 +696,8 @@ class Scheduler:
             ties = 0
             chosen_name = chosen.name
             for node_score in scores:  # selectHost: the highest score, ties broken at random
+                if own and node_score.name not in own:
+                    continue
                 if node_score.score > best:
                     best, ties = node_score.score, 1
                     chosen_name = node_score.name

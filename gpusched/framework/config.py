@@ -71,6 +71,7 @@ __all__ = [
     "Plugins",
     "Problem",
     "Profile",
+    "Replicas",
     "Reservations",
     "SchedulerConfiguration",
     "apply_default_plugins",
@@ -464,6 +465,35 @@ class Reservations(_Model):
     reservation when clocks drift; too large keeps dead ones longer. Default 30."""
 
 
+class Replicas(_Model):
+    """Active replicas without leader election (gpusched.replicas): each announces itself in a
+    membership Lease in the reservations namespace, and the live replicas split the pending pods
+    and prefer disjoint shares of the nodes, so they rarely race for the same GPUs."""
+
+    shares: bool = True
+    """Split pods and nodes between live replicas. Alone (one replica, or leader election)
+    nothing changes. ``false``: every replica schedules every pod on any node. Default true."""
+
+    lease_duration_seconds: int = Field(default=15, ge=1)
+    """How long a replica counts as live after its last membership renewal (whole seconds, the
+    Lease's ``leaseDurationSeconds``): a replica that dies hands its share over this long (plus
+    the clock-skew tolerance) after its last renewal. Default 15."""
+
+    renew_period_seconds: float = Field(default=5.0, gt=0)
+    """Seconds between renewals of the membership Lease; less than leaseDurationSeconds.
+    Default 5."""
+
+    @model_validator(mode="after")
+    def _check_timing(self) -> Self:
+        if self.renew_period_seconds >= self.lease_duration_seconds:
+            raise _invalid(
+                ("renewPeriodSeconds",),
+                f"must be less than leaseDurationSeconds ({self.renew_period_seconds:g} >= "
+                f"{self.lease_duration_seconds})",
+            )
+        return self
+
+
 class SchedulerConfiguration(_Model):
     """The whole configuration file (upstream's ``KubeSchedulerConfiguration``)."""
 
@@ -507,6 +537,9 @@ class SchedulerConfiguration(_Model):
 
     reservations: Reservations = Reservations()
     """Device reservation Leases."""
+
+    replicas: Replicas = Replicas()
+    """Active replicas without leader election: shares of pods and nodes."""
 
     _origin: ConfigOrigin | None = PrivateAttr(default=None)
 

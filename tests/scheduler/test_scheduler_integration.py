@@ -87,10 +87,12 @@ async def test_a_pod_is_bound_with_its_gpus_and_a_scheduled_event(bed: Bed) -> N
             query={"fieldSelector": "involvedObject.name=one"},
         )
         metrics = scheduler.metrics.render().decode()
+        membership = sum(scheduler.membership.writes.values())
     # Two API writes for the pod: its node's reservation Lease (created, as it is the node's
-    # first) and the Binding; Events are best effort and come on top.
+    # first) and the Binding; Events are best effort and come on top, and so do the writes of
+    # the replica's membership Lease (gpusched.replicas).
     writes = api_writes(metrics)
-    assert sum(n for (resource, _), n in writes.items() if resource == "leases") == 1
+    assert sum(n for (resource, _), n in writes.items() if resource == "leases") == 1 + membership
     assert writes["pods/binding", "create"] == 1
     assert (
         f'scheduler_schedule_attempts_total{{profile="{bed.scheduler_name}",result="scheduled"}}'
