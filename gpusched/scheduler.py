@@ -222,6 +222,8 @@ class Scheduler:
             instance=self.identity,
             on_write=self.metrics.api_write,
             metrics=self.metrics,
+            qps=self.config.events.qps,
+            burst=self.config.events.burst,
         )
         self.frameworks: dict[str, Framework] = build_frameworks(
             self.config,

@@ -494,6 +494,19 @@ class Replicas(_Model):
         return self
 
 
+class Events(_Model):
+    """The write budget of Events and ``PodScheduled`` conditions (gpusched.events), apart from
+    scheduling's own writes, as kube-scheduler's event client has its own QPS and burst. Events
+    trail the binding in a burst and catch up; none is dropped below 50,000 waiting."""
+
+    qps: float = Field(default=50.0, gt=0)
+    """Event and condition writes per second, sustained. Default 50 (kube-scheduler's
+    ``clientConnection.qps``)."""
+
+    burst: int = Field(default=100, ge=1)
+    """Writes allowed at once above the sustained rate. Default 100 (``clientConnection.burst``)."""
+
+
 class SchedulerConfiguration(_Model):
     """The whole configuration file (upstream's ``KubeSchedulerConfiguration``)."""
 
@@ -540,6 +553,9 @@ class SchedulerConfiguration(_Model):
 
     replicas: Replicas = Replicas()
     """Active replicas without leader election: shares of pods and nodes."""
+
+    events: Events = Events()
+    """The write budget of Events and pod conditions."""
 
     _origin: ConfigOrigin | None = PrivateAttr(default=None)
 

@@ -333,6 +333,11 @@ def test_default_plugins_are_merged_into_each_profile(tmp_path: Path) -> None:
             id="weight-in-disabled",
         ),
         pytest.param(
+            "events: {qps: 0, burst: 10}\n",
+            "gpusched.yaml:3: events.qps: must be > 0.0 (got 0)",
+            id="events-qps",
+        ),
+        pytest.param(
             "profiles: {schedulerName: x}\n",
             "gpusched.yaml:3: profiles: must be a list (got a mapping)",
             id="not-a-list",
@@ -600,3 +605,16 @@ def test_plugin_args_are_validated_and_passed() -> None:
 )
 def test_framework_errors(body: str, message: str) -> None:
     assert framework_problem(body) == message
+
+
+def test_the_event_budget_reaches_the_recorder(tmp_path: Path) -> None:
+    from typing import cast
+
+    from gpusched.kube.client import Kube
+    from gpusched.scheduler import Scheduler
+
+    path = tmp_path / "gpusched.yaml"
+    path.write_text(HEADER + "events: {qps: 200, burst: 20}\n")
+    config = load_config(path)
+    scheduler = Scheduler(Kube(cast(Any, None)), config)  # never connected
+    assert (scheduler.events.bucket.qps, scheduler.events.bucket.burst) == (200.0, 20)
