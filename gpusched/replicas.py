@@ -190,6 +190,8 @@ class Membership:
         self.on_write = on_write
         self.active = False
         """Whether this replica counts itself in (``keep`` is running)."""
+        self.announced = asyncio.Event()
+        """Set once the informer has shown this replica's own membership Lease."""
         self.writes: Counter[str] = Counter()
         """Membership Lease writes that landed, by verb (``on_write`` is told of each too)."""
         self._members: dict[str, Member] = {}  # Lease name -> another replica
@@ -206,6 +208,8 @@ class Membership:
         name = str((obj.get("metadata") or {}).get("name", ""))
         member = Member.from_lease(obj) if kind != "DELETED" else None
         if member is not None and member.identity == self.identity:
+            if self.active:
+                self.announced.set()  # every replica that announced earlier is known now
             return  # our own
         if member is None:
             if kind != "DELETED" and name:

@@ -406,7 +406,6 @@ class Scheduler:
                 continue
             self.queue.add(pod)  # a pod PreEnqueue holds back is reported by on_gated
 
-
     def _forget_assumed(self, pod_uid: str) -> None:
         """Forget an assumed pod (a phantom, or a failed bind of ours) and tell the queue, as
         upstream does on a failed binding: its devices are free again (an assigned pod's
@@ -514,6 +513,11 @@ class Scheduler:
                 await inf.synced.wait()
             log.info("%s: informers synced; scheduling", self.identity)
             self.book.pods_listed(listed_from)
+            if self.config.replicas.shares:  # deletes its membership Lease when cancelled
+                tasks.append(
+                    asyncio.create_task(self.membership.keep(self.kube), name="replica-membership")
+                )
+                await self._announced()
             self.ready.set()
             tasks.append(asyncio.create_task(self.queue.run(), name="queue-flush"))
             tasks.append(
@@ -528,10 +532,6 @@ class Scheduler:
                 )
             )
             tasks.append(asyncio.create_task(self._publish_gpu_metrics(), name="gpu-metrics"))
-            if self.config.replicas.shares:  # deletes its membership Lease when cancelled
-                tasks.append(
-                    asyncio.create_task(self.membership.keep(self.kube), name="replica-membership")
-                )
             await self._loop()
         finally:
             self.queue.close()
@@ -539,6 +539,20 @@ class Scheduler:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _announced(self, timeout: float = 5.0) -> None:
+        """Wait until the informer shows this replica's own membership Lease: by then it has
+        shown every replica that announced itself earlier (a watch delivers in write order), so
+        two replicas started together split the backlog from the first pod instead of both
+        scheduling it until each sees the other. Bounded: shares are for speed, not safety."""
+        try:
+            await asyncio.wait_for(self.membership.announced.wait(), timeout)
+        except TimeoutError:
+            log.warning(
+                "%s: own membership Lease not seen in %.0fs; scheduling anyway",
+                self.identity,
+                timeout,
+            )
 
     async def _loop(self) -> None:
         while True:
