@@ -92,8 +92,14 @@ class ReservationBook:
         forget: Callable[[str], None],
         max_clock_skew: float = 30.0,
         metrics: Metrics | None = None,
+        counts: Callable[[str], bool] | None = None,
     ) -> None:
         self.cache = cache
+        # Whether another replica's reservations on a node are counted as phantoms: not on the
+        # nodes of another live replica's share, which this replica takes only when its own
+        # share has nothing that fits (then a race for a GPU there costs a 409, not safety).
+        # ``None``: every node. See ``recount`` for when the shares change.
+        self.counts = counts
         self.writer = writer
         self.clock = clock
         self.pod_named = pod_named
@@ -207,6 +213,8 @@ class ReservationBook:
         cache, assumed and about to be forgotten)."""
         if r.uid in self._phantoms or r.pod_uid in self._gone or r.uid in self._dead:
             return
+        if not ours and self.counts is not None and not self.counts(node):
+            return  # another live replica's share (see ``counts``)
         if not ours and (self.cache.get_pod(r.pod_uid) is not None or self.prunable(r)):
             return  # our own bind of it is in flight, or it is bound: counted already
         namespace, _, name = r.pod.partition("/")
@@ -230,6 +238,13 @@ class ReservationBook:
         self.cache.finish_binding(phantom)  # so that the TTL applies
         self._phantoms[r.uid] = r.pod_uid
         self._phantom_pods.setdefault(r.pod_uid, set()).add(r.uid)
+
+    def recount(self) -> None:
+        """Count the reservations of nodes that ``counts`` now admits (the shares of the live
+        replicas changed). O(reservations held); a reservation counted already is skipped."""
+        for node, lease in self.leases.items():
+            for r in lease.reservations.values():
+                self.add_phantom(node, r)
 
     def drop_phantom(self, reservation_uid: str, *, wake: bool = True) -> None:
         """Stop counting a reservation; ``wake``: tell the queue its GPUs are free."""

@@ -296,6 +296,7 @@ class Scheduler:
             forget=self._forget_assumed,
             max_clock_skew=res.max_clock_skew_seconds,
             metrics=self.metrics,
+            counts=self._counts_reservations_on,
         )
         self.reservation_gc_period = reservation_gc_period
         self._gpu_series: set[str] = set()  # nodes whose GPU gauges are exported
@@ -385,9 +386,19 @@ class Scheduler:
         """The reservation Leases by node, as the informer shows them."""
         return self.book.leases
 
+    def _counts_reservations_on(self, node: str) -> bool:
+        """Whether other replicas' reservations on ``node`` are counted (ReservationBook.counts):
+        alone, on every node; with other live replicas, on the nodes of this replica's shares."""
+        for name in self.frameworks:
+            share = self.membership.share(name)
+            if share is None or share.mine(node):
+                return True
+        return False
+
     def _on_shares_changed(self) -> None:
         """The live replicas changed: queue the pending pods that are now this replica's (those
         of a replica that left; see ``schedule_one``). O(pods in the informer)."""
+        self.book.recount()  # reservations on nodes that are ours now
         for pod in self.pods.items.values():
             spec = pod.get("spec") or {}
             meta = pod["metadata"]

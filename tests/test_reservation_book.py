@@ -163,6 +163,22 @@ def test_another_replicas_reservation_is_counted_until_it_leaves_its_lease() -> 
     w.check()
 
 
+def test_reservations_on_another_replicas_share_are_counted_once_the_share_is_ours() -> None:
+    w = World()
+    ours = {NODES[1]}  # NODE is another live replica's: its in-flight reservations go uncounted
+    w.book.counts = lambda node: node in ours
+    w.lease(NODE, w.reservation("r1", "p", (0, 1)))
+    w.lease(NODES[1], w.reservation("r2", "q", (2,)))
+    assert (w.book.is_phantom("r1"), w.book.is_phantom("r2")) == (False, True)
+    assert w.free(NODE) == [0, 1, 2, 3]
+    w.check()
+    ours.add(NODE)  # that replica left: its share is ours, and so are its reservations
+    w.book.recount()
+    assert w.book.is_phantom("r1")
+    assert w.free(NODE) == [2, 3]
+    w.check()
+
+
 def test_a_lease_before_its_node_is_counted_when_the_node_arrives() -> None:
     w = World(with_nodes=False)
     w.lease(NODE, w.reservation("r1", "p", (3,)))
