@@ -404,11 +404,12 @@ class Scheduler:
                 continue
             self.queue.add(pod)  # a pod PreEnqueue holds back is reported by on_gated
 
-
-    def _forget_assumed(self, pod_uid: str) -> None:
+    def _forget_assumed(self, pod_uid: str, *, moves_itself: bool = True) -> None:
         """Forget an assumed pod (a phantom, or a failed bind of ours) and tell the queue, as
         upstream does on a failed binding: its devices are free again (an assigned pod's
-        deletion, to the plugins' queueing hints)."""
+        deletion, to the plugins' queueing hints). ``moves_itself=False``: the event does not
+        move the pod itself (it was just parked as unschedulable, as upstream's
+        ``handleBindingCycleError`` for a rejection)."""
         assumed = self.cache.get_pod(pod_uid)
         node = self.cache.pod_node(pod_uid)
         if assumed is None or not self.cache.forget_pod(pod_uid):
@@ -416,7 +417,7 @@ class Scheduler:
         spec = assumed.get("spec") or {}
         if not spec.get("nodeName"):
             assumed = {**assumed, "spec": {**spec, "nodeName": node or ""}}
-        self._emit("Pod/Delete", assumed, None)
+        self._emit("Pod/Delete", assumed, None, skip=None if moves_itself else pod_uid)
 
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         meta = pod["metadata"]
@@ -463,17 +464,20 @@ class Scheduler:
         else:
             self.queue.add(pod)
 
-    def _emit(self, event: str, old: Any, new: Any) -> None:
+    def _emit(self, event: str, old: Any, new: Any, *, skip: str | None = None) -> None:
         """Tell the queue of a cluster event: it moves the unschedulable pods that a plugin
         which rejected them registered for, and whose queueing hint says the event may help
         (upstream's ``MoveAllToActiveOrBackoffQueue`` with queueing hints). Gated pods whose
         gating PreEnqueue plugin registered for the event are asked the same way (the queue
-        records that plugin in ``unschedulable_plugins``) and go through PreEnqueue again."""
+        records that plugin in ``unschedulable_plugins``) and go through PreEnqueue again.
+        The pod whose uid is ``skip`` is not moved."""
         by_plugin = self._hints.get(event)
         if not by_plugin:
             return
 
         def hint(info: QueuedPodInfo) -> bool:
+            if info.uid == skip:
+                return False
             plugins = info.unschedulable_plugins | info.pending_plugins
             for plugin in plugins:
                 for fn in by_plugin.get(plugin, ()):
@@ -495,8 +499,11 @@ class Scheduler:
     def _count_lease_conflicts(self) -> None:
         self.book.count_conflicts()
 
-    def _forget_binding(self, uid: str) -> None:
-        self._binding.pop(uid, None)
+    def _forget_binding(self, uid: str, task: asyncio.Task[None]) -> None:
+        """A binding task ended. Only its own entry goes: a cycle that failed may still be
+        releasing its reservation when the pod, requeued, has its next binding cycle."""
+        if self._binding.get(uid) is task:
+            del self._binding[uid]
 
     # ------------------------------------------------------------------ running
 
@@ -631,7 +638,7 @@ class Scheduler:
         )
         self._binding[info.uid] = task
         uid = info.uid
-        task.add_done_callback(lambda _task: self._forget_binding(uid))
+        task.add_done_callback(lambda done: self._forget_binding(uid, done))
         result.assignment = assignment
         return result
 
@@ -821,10 +828,13 @@ class Scheduler:
         pod = info.pod
         reserved: Reservation | None = None
         try:
+            # Outside the bind slots: a pod may wait at Permit for minutes (a gang).
+            status = await fw.wait_on_permit(pod)
+            if not status.is_success:
+                raise _BindFailure(
+                    "permit", status.message() or "rejected at permit", status=status
+                )
             async with self._bind_slots:
-                status = await fw.wait_on_permit(pod)
-                if not status.is_success:
-                    raise _BindFailure("permit", status.message() or "rejected at permit")
                 if assignment.gpu_ids:
                     reserved = self.reservations.new_reservation(
                         assignment.reservation_uid,
@@ -925,8 +935,9 @@ class Scheduler:
         The reservation is released only when the pod is known not to be bound with it; when
         that is unknown it stays until it expires unbound (the book's prune rule). The pod
         goes back to the queue, with a FailedScheduling Event, unless it is gone or bound
-        elsewhere (another replica won it: nothing to tell its owner). Everything but the
-        release is done before the first await.
+        elsewhere (another replica won it: nothing to tell its owner); a pod rejected while
+        waiting at Permit is unschedulable instead. Everything but the release is done before
+        the first await.
         """
         pod = info.pod
         outcome = failure.outcome
@@ -934,6 +945,20 @@ class Scheduler:
         self.failed_binds += 1
         self.metrics.bind_failures.labels(reason=failure.stage).inc()
         fw.run_unreserve(state, pod, node)
+        rejected = failure.status
+        if rejected is not None and rejected.is_rejected:
+            # Rejected while waiting at Permit (a gang's timeout): upstream's FitError on the
+            # one node. The pod waits in unschedulable for an event its rejecting plugin
+            # registered for; the devices it frees do not move it back at once.
+            info.unschedulable_plugins = {rejected.plugin} if rejected.plugin else set()
+            with contextlib.suppress(ValueError):  # the pod may have been deleted meanwhile
+                self.queue.add_unschedulable(info)
+            self._forget_assumed(info.uid, moves_itself=False)
+            self.cache.finish_binding(pod)
+            result = SchedulingResult(None, statuses={node: rejected})
+            self.events.failed_scheduling(pod, fit_error_message(1, result))
+            self._attempt("unschedulable", fw, started)
+            return
         self._forget_assumed(info.uid)
         self.cache.finish_binding(pod)
         if outcome == _Outcome.UNKNOWN and reserved is not None:
@@ -1034,7 +1059,8 @@ class _Progress:
 class _BindFailure(Exception):
     """Why a binding cycle did not bind: its stage (the ``reason`` of
     ``gpusched_bind_failures_total``), what the API server said of the pod after a Binding
-    (``None``: none was sent), and whether a written reservation should be released now."""
+    (``None``: none was sent), whether a written reservation should be released now, and the
+    Permit status when the pod was rejected while waiting."""
 
     def __init__(
         self,
@@ -1043,9 +1069,11 @@ class _BindFailure(Exception):
         outcome: _Outcome | None = None,
         *,
         release: bool = True,
+        status: Status | None = None,
     ) -> None:
         super().__init__(message)
         self.stage = stage
         self.message = message
         self.outcome = outcome
         self.release = release
+        self.status = status

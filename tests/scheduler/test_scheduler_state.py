@@ -619,3 +619,149 @@ def test_gpu_gauges_of_a_deleted_node_are_removed() -> None:
     sched._publish_gpu_metrics_once()  # the snapshot still has the node: the cache does not
     rendered = sched.metrics.render().decode()
     assert f'node="{NODE}"' not in rendered
+
+
+# ------------------------------------------------ Permit waits, and binding tasks that overlap
+
+
+class Hold(PermitPlugin, EnqueueExtensions):
+    """Makes pods whose name starts with ``wait`` wait at Permit (a gang short of its quorum)."""
+
+    NAME = "Hold"
+
+    def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status, float]:
+        if pod["metadata"]["name"].startswith("wait"):
+            return Status.wait(), 600.0
+        return Status.success(), 0.0
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [ClusterEventWithHint(ClusterEvent("Pod", ActionType.ADD))]
+
+
+def hold_config() -> tuple[SchedulerConfiguration, Any]:
+    registry = in_tree()
+    registry.register(Hold)
+    config = apply_default_plugins(
+        SchedulerConfiguration(
+            profiles=[Profile(plugins=Plugins(permit=PluginSet(enabled=[PluginRef(name="Hold")])))]
+        )
+    )
+    return config, registry
+
+
+@pytest.mark.simonly
+async def test_a_pod_rejected_while_waiting_at_permit_waits_in_unschedulable() -> None:
+    """A pod that waited at Permit and was rejected (a gang's timeout) is unschedulable, as
+    upstream's binding cycle makes it (a FitError on its node): it waits for an event its
+    rejecting plugin registered for, the attempt counts as unschedulable, not as an error, and
+    the devices it frees do not move it straight back."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        config, registry = hold_config()
+        sched = scheduler(Kube(sim.api_client()), clock, config=config, registry=registry)
+        for informer in sched.informers:
+            await informer.list()
+        fw = next(iter(sched.frameworks.values()))
+        (pod,) = await create_pods(sim, sched, gpu_pod("wait-0", 1))
+        uid = pod["metadata"]["uid"]
+        info = sched.queue.pop_nowait()
+        assert info is not None
+        sched.schedule_one(info)
+        task = sched._binding[uid]
+        await asyncio.sleep(0)
+        assert fw.reject_waiting_pod(uid, "Hold", "quorum not reached")
+        await task
+        assert sched.queue.location(uid) == "unschedulable"
+        queued = sched.queue.get(uid)
+        assert queued is not None
+        assert queued.unschedulable_plugins == {"Hold"}
+        assert not sched.cache.is_assumed(uid)
+        rendered = sched.metrics.render().decode()
+        assert (
+            'scheduler_schedule_attempts_total{profile="gpusched",result="unschedulable"} 1.0'
+            in (rendered)
+        ), [line for line in rendered.splitlines() if "attempts_total{" in line]
+
+
+@pytest.mark.simonly
+async def test_a_pod_waiting_at_permit_does_not_hold_a_bind_slot() -> None:
+    """Pods waiting at Permit (for minutes, a gang) must not take the bind slots that bound
+    the concurrent Lease writes and Bindings: another pod binds while they wait."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        config, registry = hold_config()
+        sched = scheduler(Kube(sim.api_client()), clock, config=config, registry=registry)
+        sched._bind_slots = asyncio.Semaphore(1)
+        for informer in sched.informers:
+            await informer.list()
+        fw = next(iter(sched.frameworks.values()))
+        waiting, other = await create_pods(sim, sched, gpu_pod("wait-0", 1), gpu_pod("x-other", 1))
+        for pod in (waiting, other):  # the waiting pod first (the queue sorts by name here)
+            info = sched.queue.pop_nowait()
+            assert info is not None
+            assert info.uid == pod["metadata"]["uid"]
+            sched.schedule_one(info)
+            await asyncio.sleep(0)  # its binding task starts
+        await asyncio.wait_for(sched._binding[other["metadata"]["uid"]], 60)  # a hang bound
+        assert sched.scheduled == 1
+        held = fw.get_waiting_pod(waiting["metadata"]["uid"])
+        assert held is not None
+        held.allow("Hold")
+        await sched._binding[waiting["metadata"]["uid"]]
+        assert sched.scheduled == 2
+
+
+@pytest.mark.simonly
+async def test_a_failed_binding_task_ending_late_leaves_the_next_one_registered() -> None:
+    """A binding cycle that failed is still releasing its reservation when the pod, requeued
+    and out of backoff, starts its next binding cycle. When the first task ends it must not
+    take the second out of ``_binding``: shutdown waits for and cancels the tasks found
+    there, and the informer handlers skip pods found there."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        sched = await synced(sim, clock)
+        fw = next(iter(sched.frameworks.values()))
+        (pod,) = await create_pods(sim, sched, gpu_pod("p", 1))
+        uid = pod["metadata"]["uid"]
+        release_may_go = asyncio.Event()
+        second_in_prebind = asyncio.Event()
+        release = sched.book.release
+        calls = 0
+
+        first_releasing = asyncio.Event()
+
+        async def slow_release(node: str, uids: list[str]) -> None:
+            first_releasing.set()  # requeued already: _bind_failed releases last
+            await release_may_go.wait()
+            await release(node, uids)
+
+        async def pre_bind(*_args: Any) -> Status:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                return Status.error("first PreBind fails")
+            second_in_prebind.set()
+            await release_may_go.wait()
+            return Status.success()
+
+        sched.book.release = slow_release  # type: ignore[method-assign]
+        fw.run_pre_bind = pre_bind  # type: ignore[method-assign]
+        info = sched.queue.pop_nowait()
+        assert info is not None
+        sched.schedule_one(info)
+        first = sched._binding[uid]
+        await first_releasing.wait()
+        assert sched.queue.location(uid) == BACKOFF
+        clock._t += 30  # past the backoff
+        info = sched.queue.pop_nowait()
+        assert info is not None
+        sched.schedule_one(info)
+        second = sched._binding[uid]
+        assert second is not first
+        await second_in_prebind.wait()
+        release_may_go.set()
+        await first
+        assert sched._binding.get(uid) is second
+        await second
+        assert sched.scheduled == 1
+        assert uid not in sched._binding
