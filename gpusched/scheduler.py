@@ -16,9 +16,13 @@ The shape is kube-scheduler's (pkg/scheduler/schedule_one.go):
   the reservation into the node's Lease (``gpusched.reservations``, optimistic concurrency),
   PreBind, Bind (the Binding carries the decision as annotations), PostBind. It always ends
   by binding the pod or by unreserving, forgetting it and requeueing it with backoff, whatever
-  is raised; a failed Binding is checked against the pod first, since it may have landed
-  (``_binding_outcome``), and its reservation is released only once the pod is known not to
-  hold it. Cancelled (shutdown), it forgets the pod and leaves the Lease entry to expire.
+  is raised (a pod rejected while waiting at Permit: unschedulable); a failed Binding is
+  checked against the pod first, since it may have landed (``_binding_outcome``), and its
+  reservation is released only once the pod is known not to hold it. Cancelled (shutdown),
+  it forgets the pod and leaves the Lease entry to expire.
+- **Other active replicas** (``gpusched.replicas.Membership``): each pending pod is one live
+  replica's; the others leave it out of their queue, and queue it when its replica leaves
+  (``_on_shares_changed``). The node chosen is the best of this replica's share, if one fits.
 - **Other replicas' reservations** (phantoms, the prune rule, releasing superseded and stale
   entries, clock skew) are kept by ``gpusched.reservation_book.ReservationBook``; this module
   only feeds it events.
