@@ -497,12 +497,6 @@ class Scheduler:
         log.warning("assumed pods expired without being seen bound: %s", ", ".join(uids))
         self.queue.on_event("Pod/Delete")
 
-    def _prunable(self, r: Reservation) -> bool:
-        return self.book.prunable(r)
-
-    def _count_lease_conflicts(self) -> None:
-        self.book.count_conflicts()
-
     def _forget_binding(self, uid: str, task: asyncio.Task[None]) -> None:
         """A binding task ended. Only its own entry goes: a cycle that failed may still be
         releasing its reservation when the pod, requeued, has its next binding cycle."""
@@ -850,10 +844,10 @@ class Scheduler:
                     progress.reserved = reserved
                     try:
                         await self.reservations.reserve(
-                            node, reserved, known=self.leases.get(node), prunable=self._prunable
+                            node, reserved, known=self.leases.get(node), prunable=self.book.prunable
                         )
                     finally:
-                        self._count_lease_conflicts()
+                        self.book.count_conflicts()
                 status = await fw.run_pre_bind(state, pod, node)
                 if not status.is_success:
                     raise _BindFailure("prebind", status.message())

@@ -388,8 +388,8 @@ async def test_unknown_binding_outcome_keeps_its_gpus_counted() -> None:
     reservation in the Lease until it expires; the cache must go on counting those GPUs (the
     pod may be bound with them), or the retry picks the same GPUs and its Lease write conflicts
     with the pod's own old reservation again and again until that expires (lease duration +
-    grace, ~90 s by default). The Lease's own watch event is not delivered here: the cache
-    must not need it."""
+    clock-skew tolerance, ~90 s by default). The Lease's own watch event is not delivered
+    here: the cache must not need it."""
     clock = FakeClock()
     async with open_sim(clock) as sim:
         sched = await synced(sim, clock)
