@@ -943,6 +943,7 @@ class Scheduler:
         self.failed_binds += 1
         self.metrics.bind_failures.labels(reason=failure.stage).inc()
         fw.run_unreserve(state, pod, node)
+        self._catch_up(info)
         rejected = failure.status
         if rejected is not None and rejected.is_rejected:
             # Rejected while waiting at Permit (a gang's timeout): upstream's FitError on the
@@ -979,6 +980,21 @@ class Scheduler:
             self.book.mark_dead(reserved.uid)
             if failure.release:
                 await self.book.release(node, [reserved.uid])
+
+    def _catch_up(self, info: QueuedPodInfo) -> None:
+        """Before a pod whose binding failed returns to the queue: hand the queue the version
+        the informer has now (``_on_pod`` skips updates to an assumed pod), as upstream's
+        failure handler requeues the informer's copy. A relevant change sends it to backoff
+        rather than unschedulable (an update while in flight)."""
+        latest = self.pods.items.get(_key(info.pod))
+        if (
+            latest is not None
+            and latest is not info.pod
+            and latest["metadata"].get("uid") == info.uid
+            and not (latest.get("spec") or {}).get("nodeName")
+            and self.queue.get(info.uid) is info  # in flight: never added here
+        ):
+            self.queue.update(info.pod, latest)
 
     async def _binding_outcome(
         self, pod: dict[str, Any], node: str, assignment: Assignment

@@ -765,3 +765,28 @@ async def test_a_failed_binding_task_ending_late_leaves_the_next_one_registered(
         await second
         assert sched.scheduled == 1
         assert uid not in sched._binding
+
+
+@pytest.mark.simonly
+async def test_a_pod_requeued_after_a_failed_bind_is_its_latest_version() -> None:
+    """Updates to a pod whose binding cycle runs are skipped by the informer handler (the pod
+    is assumed). If the binding fails, the pod goes back to the queue as the informer has it
+    now, as upstream's failure handler requeues the informer's copy: not as it was popped."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        sched = await synced(sim, clock)
+        fw = next(iter(sched.frameworks.values()))
+        (pod,) = await create_pods(sim, sched, gpu_pod("p", 1))
+        uid = pod["metadata"]["uid"]
+
+        async def pre_bind(*_args: Any) -> Status:
+            patch = {"metadata": {"labels": {"changed": "while-binding"}}}
+            await sim.kube.patch(f"{PODS}/p", patch, "application/merge-patch+json")
+            await sched.pods.list()  # the update reaches the handler while the pod is assumed
+            return Status.error("PreBind fails")
+
+        fw.run_pre_bind = pre_bind  # type: ignore[method-assign]
+        await cycle(sched, pod)
+        queued = sched.queue.get(uid)
+        assert queued is not None
+        assert queued.pod["metadata"].get("labels") == {"changed": "while-binding"}
