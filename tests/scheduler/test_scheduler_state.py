@@ -147,10 +147,10 @@ async def open_sim(clock: FakeClock) -> AsyncIterator[SimCluster]:
         yield sim
 
 
-async def synced(sim: SimCluster, clock: FakeClock) -> Scheduler:
+async def synced(sim: SimCluster, clock: FakeClock, **kwargs: Any) -> Scheduler:
     """A Scheduler on ``sim`` whose informers have listed the cluster once (and watch nothing:
     what happens later reaches it only when the test lists again)."""
-    sched = scheduler(Kube(sim.api_client()), clock)
+    sched = scheduler(Kube(sim.api_client()), clock, **kwargs)
     for informer in sched.informers:
         await informer.list()
     return sched
@@ -658,9 +658,7 @@ async def test_a_pod_rejected_while_waiting_at_permit_waits_in_unschedulable() -
     clock = FakeClock()
     async with open_sim(clock) as sim:
         config, registry = hold_config()
-        sched = scheduler(Kube(sim.api_client()), clock, config=config, registry=registry)
-        for informer in sched.informers:
-            await informer.list()
+        sched = await synced(sim, clock, config=config, registry=registry)
         fw = next(iter(sched.frameworks.values()))
         (pod,) = await create_pods(sim, sched, gpu_pod("wait-0", 1))
         uid = pod["metadata"]["uid"]
@@ -690,10 +688,8 @@ async def test_a_pod_waiting_at_permit_does_not_hold_a_bind_slot() -> None:
     clock = FakeClock()
     async with open_sim(clock) as sim:
         config, registry = hold_config()
-        sched = scheduler(Kube(sim.api_client()), clock, config=config, registry=registry)
+        sched = await synced(sim, clock, config=config, registry=registry)
         sched._bind_slots = asyncio.Semaphore(1)
-        for informer in sched.informers:
-            await informer.list()
         fw = next(iter(sched.frameworks.values()))
         waiting, other = await create_pods(sim, sched, gpu_pod("wait-0", 1), gpu_pod("x-other", 1))
         for pod in (waiting, other):  # the waiting pod first (the queue sorts by name here)
