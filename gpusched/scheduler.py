@@ -530,7 +530,7 @@ class Scheduler:
                     self.book.run(self.reservation_gc_period), name="reservation-book"
                 )
             )
-            tasks.append(asyncio.create_task(self._publish_gpu_metrics(), name="gpu-metrics"))
+            tasks.append(asyncio.create_task(self._publish_metrics(), name="metrics"))
             if self.config.replicas.shares:  # deletes its membership Lease when cancelled
                 tasks.append(
                     asyncio.create_task(self.membership.keep(self.kube), name="replica-membership")
@@ -550,9 +550,7 @@ class Scheduler:
             except QueueClosed:
                 return
             self.schedule_one(info)
-            pending = self.queue.pending_pods()
-            for queue_name, count in pending.items():
-                self.metrics.pending_pods.labels(queue=queue_name).set(count)
+            self._publish_pending()
             await asyncio.sleep(0)  # let informers and binding tasks run between cycles
 
     async def _finish_binds(self, timeout: float = 10.0) -> None:
@@ -1045,9 +1043,16 @@ class Scheduler:
                 published.add(name)  # in the cache, not yet in the snapshot: keep its series
         self._gpu_series = published
 
-    async def _publish_gpu_metrics(self, period: float = 5.0) -> None:
+    def _publish_pending(self) -> None:
+        """``scheduler_pending_pods{queue}``: after every cycle, and periodically, since pods
+        also move while no cycle runs (gated ones never cause one)."""
+        for queue_name, count in self.queue.pending_pods().items():
+            self.metrics.pending_pods.labels(queue=queue_name).set(count)
+
+    async def _publish_metrics(self, period: float = 5.0) -> None:
         while True:
             self._publish_gpu_metrics_once()
+            self._publish_pending()
             await self.clock.sleep(period)
 
 

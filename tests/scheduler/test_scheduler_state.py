@@ -786,3 +786,21 @@ async def test_a_pod_requeued_after_a_failed_bind_is_its_latest_version() -> Non
         queued = sched.queue.get(uid)
         assert queued is not None
         assert queued.pod["metadata"].get("labels") == {"changed": "while-binding"}
+
+
+async def test_pending_pods_are_published_while_no_cycle_runs() -> None:
+    """A gated pod never causes a scheduling cycle: ``scheduler_pending_pods{queue="gated"}``
+    must not wait for one to be published."""
+    sched = handlers_only(FakeClock())
+    pod = gpu_pod("gated", 1, uid="uid-gated")
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    sched._on_pod("ADDED", pod, None)
+    assert sched.queue.location("uid-gated") == "gated"
+    publisher = asyncio.create_task(sched._publish_metrics())
+    await asyncio.sleep(0)
+    publisher.cancel()
+    await asyncio.gather(publisher, return_exceptions=True)
+    rendered = sched.metrics.render().decode()
+    assert 'scheduler_pending_pods{queue="gated"} 1.0' in rendered, [
+        line for line in rendered.splitlines() if line.startswith("scheduler_pending_pods")
+    ]
