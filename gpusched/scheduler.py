@@ -648,11 +648,19 @@ class Scheduler:
         if not status.is_success:
             return SchedulingResult(None, status=status)
         nodes = all_nodes
+        left_out: Status | None = None  # the status of the nodes a PreFilterResult left out
         if pre is not None and pre.node_names is not None:
             nodes = [n for n in all_nodes if n.name in pre.node_names]
+            names = sorted(pre.plugins)
+            left_out = Status.unresolvable(
+                f"node(s) didn't satisfy plugin(s) [{' '.join(names)}]",
+                plugin=names[0] if names else "",
+            )
         n = len(nodes)
         if n == 0:
-            return SchedulingResult(None, status=Status.unresolvable("no nodes available"))
+            if left_out is None or not all_nodes:
+                return SchedulingResult(None, status=Status.unresolvable("no nodes available"))
+            return SchedulingResult(None, statuses={ni.name: left_out for ni in all_nodes})
         share = self.membership.share(fw.profile_name)  # None: alone, every node is ours
         if self.equivalence is not None and (pre is None or pre.node_names is None):
             signature = fw.sign_pod(pod)
@@ -684,6 +692,9 @@ class Scheduler:
             "Filter", Code.SUCCESS, time.perf_counter() - filter_started
         )
         if not feasible:
+            if left_out is not None:  # as upstream's absent nodes: counted in the message
+                for ni in all_nodes:
+                    statuses.setdefault(ni.name, left_out)
             return SchedulingResult(None, statuses=statuses, evaluated=evaluated)
         # Other replicas active: the best node of our share if one is feasible, else any.
         own = {ni.name for ni in feasible if share.mine(ni.name)} if share is not None else None
@@ -734,8 +745,9 @@ class Scheduler:
         For an Unschedulable outcome (not an error) PostFilter runs, as in upstream's
         ``schedulingCycle``, with every node's status: each evaluated node's Filter status
         (the equivalence class's, or the sampled path's, which evaluates every candidate when
-        none fits), the PreFilter rejection for every node when PreFilter rejected the pod, and
-        UnschedulableAndUnresolvable for the nodes a PreFilterResult left out. Its message is
+        none fits), UnschedulableAndUnresolvable for the nodes a PreFilterResult left out
+        (``find_placement``), and the PreFilter rejection for every node when PreFilter
+        rejected the pod. Its message is
         appended to the FailedScheduling message; a ``PostFilterResult``'s nominated node is
         recorded in ``info.nominated_node_name`` and sends the pod to backoff, to be retried.
         Writing ``status.nominatedNodeName`` to the API and trying the nominated node first
@@ -748,12 +760,10 @@ class Scheduler:
         message = fit_error_message(self.snapshot.num_nodes, result)
         nominated: str | None = None
         if not is_error and fw.has_post_filter_plugins() and self.snapshot.num_nodes:
-            if result.statuses:
-                left_out = Status.unresolvable("node(s) didn't satisfy the PreFilter result")
-            else:  # PreFilter rejected the pod (or left no node): the same for every node
-                left_out = result.status or Status.unresolvable("no nodes available")
+            # PreFilter rejected the pod (no statuses): the same for every node.
+            every = result.status or Status.unresolvable("no nodes available")
             statuses = {
-                n.name: result.statuses.get(n.name, left_out) for n in self.snapshot.node_infos()
+                n.name: result.statuses.get(n.name, every) for n in self.snapshot.node_infos()
             }
             post_result, post_status = fw.run_post_filter(state, info.pod, statuses)
             if post_status.is_error:

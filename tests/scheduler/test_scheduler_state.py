@@ -804,3 +804,32 @@ async def test_pending_pods_are_published_while_no_cycle_runs() -> None:
     assert 'scheduler_pending_pods{queue="gated"} 1.0' in rendered, [
         line for line in rendered.splitlines() if line.startswith("scheduler_pending_pods")
     ]
+
+
+async def test_a_pod_pinned_to_a_node_that_does_not_exist_waits_for_that_node() -> None:
+    """NodeAffinity's PreFilter pins the pod to a node the cluster does not have (yet): as
+    upstream, every node is 'didn't satisfy plugin(s) [NodeAffinity]', and the pod waits in
+    unschedulable for a Node event NodeAffinity registered for (not in backoff, retried every
+    few seconds, told 'no nodes available' with nodes there)."""
+    sched = handlers_only(FakeClock())
+    pod = gpu_pod("pinned", 1, uid="uid-pinned")
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["not-yet"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    sched._on_pod("ADDED", pod, None)
+    result = await cycle(sched, pod)
+    assert result.node is None
+    assert {s.message() for s in result.statuses.values()} == {
+        "node(s) didn't satisfy plugin(s) [NodeAffinity]"
+    }
+    assert sched.queue.location("uid-pinned") == "unschedulable"
