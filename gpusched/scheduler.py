@@ -441,6 +441,7 @@ class Scheduler:
             return
         if spec.get("nodeName"):
             self.queue.delete(pod)
+            self.events.forget(uid)  # no PodScheduled=False after the Binding's True
             self.book.pod_bound(pod)  # its own booking replaces its phantoms
             self.cache.update_pod(pod)
             if phase in _TERMINAL:
