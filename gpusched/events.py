@@ -33,9 +33,9 @@ scheduler: a call records the Event in memory (about 10 us) and returns; writer 
   ``timeout`` seconds; ``run()`` does so when cancelled (``drain_timeout``, 5 s).
 
 The ``PodScheduled=False`` condition goes through the same writers (the latest per pod), and is
-only patched when its reason or message changes. ``on_write(resource, verb)`` is told of each
-write that succeeded (``events`` create/patch, ``pods/status`` patch): the scheduler's
-``gpusched_api_writes_total``.
+only patched when its reason or message changes, and never once the pod is bound (``forget``).
+``on_write(resource, verb)`` is told of each write that succeeded (``events`` create/patch,
+``pods/status`` patch): the scheduler's ``gpusched_api_writes_total``.
 """
 
 from __future__ import annotations
