@@ -33,9 +33,9 @@ scheduler: a call records the Event in memory (about 10 us) and returns; writer 
   ``timeout`` seconds; ``run()`` does so when cancelled (``drain_timeout``, 5 s).
 
 The ``PodScheduled=False`` condition goes through the same writers (the latest per pod), and is
-only patched when its reason or message changes. ``on_write(resource, verb)`` is told of each
-write that succeeded (``events`` create/patch, ``pods/status`` patch): the scheduler's
-``gpusched_api_writes_total``.
+only patched when its reason or message changes, and never once the pod is bound (``forget``).
+``on_write(resource, verb)`` is told of each write that succeeded (``events`` create/patch,
+``pods/status`` patch): the scheduler's ``gpusched_api_writes_total``.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class _Event:
 class _Condition:
     """The ``PodScheduled=False`` condition to patch into a pod (the latest for that pod)."""
 
-    __slots__ = ("body", "busy", "name", "namespace", "queued", "tries", "uid")
+    __slots__ = ("body", "busy", "cancelled", "name", "namespace", "queued", "tries", "uid")
 
     def __init__(self, uid: str, namespace: str, name: str, body: dict[str, Any]) -> None:
         self.uid = uid
@@ -166,6 +166,7 @@ class _Condition:
         self.body = body
         self.queued = False
         self.busy = False
+        self.cancelled = False  # the pod was scheduled or deleted first: not written
         self.tries = 0
 
 
@@ -253,7 +254,7 @@ class EventRecorder:
         meta = pod["metadata"]
         message = f"Successfully assigned {meta.get('namespace')}/{meta['name']} to {node}"
         self._record(_pod_ref(pod), "Normal", "Scheduled", "Binding", message)
-        self._last.pop(meta.get("uid", ""), None)
+        self.forget(meta.get("uid", ""))
 
     def failed_scheduling(
         self, pod: Mapping[str, Any], message: str, reason: str = "Unschedulable"
@@ -291,7 +292,12 @@ class EventRecorder:
         self._record(ref, event_type, reason, action, message)
 
     def forget(self, uid: str) -> None:
+        """The pod was bound or deleted: forget its last failure, and a ``PodScheduled=False``
+        still waiting is not written (it would overwrite the Binding's ``True``)."""
         self._last.pop(uid, None)
+        waiting = self._conditions.pop(uid, None)
+        if waiting is not None:
+            waiting.cancelled = True
 
     def _record(
         self, regarding: dict[str, str], type_: str, reason: str, action: str, message: str
@@ -438,6 +444,8 @@ class EventRecorder:
     async def _deliver(self, item: _Item, draining: bool) -> None:
         item.tries = 0
         while True:
+            if isinstance(item, _Condition) and item.cancelled:
+                return
             if not draining:
                 await self.bucket.take()
             try:

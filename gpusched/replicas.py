@@ -162,8 +162,8 @@ class Membership:
     Feed it the membership Leases (``on_lease``, an informer handler); run ``keep`` while the
     replica schedules. ``share(scheduler_name)`` is ``None`` while this replica is alone among
     the live replicas serving that name (then everything is its own), else the current
-    ``Share``. ``on_change`` is called (synchronously) whenever the live replicas change.
-    Not thread-safe: use it from the event loop.
+    ``Share``. ``on_change`` is called (synchronously) whenever the live replicas, or the
+    profiles they serve, change. Not thread-safe: use it from the event loop.
     """
 
     def __init__(
@@ -196,6 +196,8 @@ class Membership:
         """Membership Lease writes that landed, by verb (``on_write`` is told of each too)."""
         self._members: dict[str, Member] = {}  # Lease name -> another replica
         self._live: frozenset[str] = frozenset()  # Lease names of the live others
+        # What the shares depend on: each live other's identity and profiles, by Lease name.
+        self._view: dict[str, tuple[str, frozenset[str]]] = {}
         self._next_expiry = float("inf")  # when the live set must be looked at again
         self._dirty = True
         self._shares: dict[str, Share | None] = {}
@@ -227,7 +229,8 @@ class Membership:
 
     def refresh(self) -> bool:
         """Re-derive the live replicas if a Lease changed or one may have expired; returns
-        whether they changed (then ``on_change`` has been called). O(1) when nothing is due."""
+        whether they, or the profiles they serve, changed (then ``on_change`` has been
+        called). O(1) when nothing is due."""
         now = self.clock.now().timestamp()
         if not self._dirty and now < self._next_expiry:
             return False
@@ -240,10 +243,11 @@ class Membership:
                 live.add(name)
                 next_expiry = min(next_expiry, deadline)
         self._next_expiry = next_expiry
-        frozen = frozenset(live)
-        if frozen == self._live:
+        view = {n: (self._members[n].identity, self._members[n].scheduler_names) for n in live}
+        if view == self._view:  # the same replicas serving the same profiles
             return False
-        self._live = frozen
+        frozen = frozenset(live)
+        self._live, self._view = frozen, view
         self._shares.clear()
         log.info(
             "%s: live replicas now %s",
@@ -361,6 +365,7 @@ class Membership:
 
     def _check(self) -> None:
         assert self._live <= self._members.keys()
+        assert self._view.keys() == self._live
         for share in self._shares.values():
             if share is not None:
                 assert self.identity in share.members

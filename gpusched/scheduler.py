@@ -16,9 +16,13 @@ The shape is kube-scheduler's (pkg/scheduler/schedule_one.go):
   the reservation into the node's Lease (``gpusched.reservations``, optimistic concurrency),
   PreBind, Bind (the Binding carries the decision as annotations), PostBind. It always ends
   by binding the pod or by unreserving, forgetting it and requeueing it with backoff, whatever
-  is raised; a failed Binding is checked against the pod first, since it may have landed
-  (``_binding_outcome``), and its reservation is released only once the pod is known not to
-  hold it. Cancelled (shutdown), it forgets the pod and leaves the Lease entry to expire.
+  is raised (a pod rejected while waiting at Permit: unschedulable); a failed Binding is
+  checked against the pod first, since it may have landed (``_binding_outcome``), and its
+  reservation is released only once the pod is known not to hold it. Cancelled (shutdown),
+  it forgets the pod and leaves the Lease entry to expire.
+- **Other active replicas** (``gpusched.replicas.Membership``): each pending pod is one live
+  replica's; the others leave it out of their queue, and queue it when its replica leaves
+  (``_on_shares_changed``). The node chosen is the best of this replica's share, if one fits.
 - **Other replicas' reservations** (phantoms, the prune rule, releasing superseded and stale
   entries, clock skew) are kept by ``gpusched.reservation_book.ReservationBook``; this module
   only feeds it events.
@@ -417,10 +421,12 @@ class Scheduler:
                 continue
             self.queue.add(pod)  # a pod PreEnqueue holds back is reported by on_gated
 
-    def _forget_assumed(self, pod_uid: str) -> None:
+    def _forget_assumed(self, pod_uid: str, *, moves_itself: bool = True) -> None:
         """Forget an assumed pod (a phantom, or a failed bind of ours) and tell the queue, as
         upstream does on a failed binding: its devices are free again (an assigned pod's
-        deletion, to the plugins' queueing hints)."""
+        deletion, to the plugins' queueing hints). ``moves_itself=False``: the event does not
+        move the pod itself (it was just parked as unschedulable, as upstream's
+        ``handleBindingCycleError`` for a rejection)."""
         assumed = self.cache.get_pod(pod_uid)
         node = self.cache.pod_node(pod_uid)
         if assumed is None or not self.cache.forget_pod(pod_uid):
@@ -428,7 +434,7 @@ class Scheduler:
         spec = assumed.get("spec") or {}
         if not spec.get("nodeName"):
             assumed = {**assumed, "spec": {**spec, "nodeName": node or ""}}
-        self._emit("Pod/Delete", assumed, None)
+        self._emit("Pod/Delete", assumed, None, skip=None if moves_itself else pod_uid)
 
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         meta = pod["metadata"]
@@ -448,6 +454,7 @@ class Scheduler:
             return
         if spec.get("nodeName"):
             self.queue.delete(pod)
+            self.events.forget(uid)  # no PodScheduled=False after the Binding's True
             self.book.pod_bound(pod)  # its own booking replaces its phantoms
             self.cache.update_pod(pod)
             if phase in _TERMINAL:
@@ -475,17 +482,20 @@ class Scheduler:
         else:
             self.queue.add(pod)
 
-    def _emit(self, event: str, old: Any, new: Any) -> None:
+    def _emit(self, event: str, old: Any, new: Any, *, skip: str | None = None) -> None:
         """Tell the queue of a cluster event: it moves the unschedulable pods that a plugin
         which rejected them registered for, and whose queueing hint says the event may help
         (upstream's ``MoveAllToActiveOrBackoffQueue`` with queueing hints). Gated pods whose
         gating PreEnqueue plugin registered for the event are asked the same way (the queue
-        records that plugin in ``unschedulable_plugins``) and go through PreEnqueue again."""
+        records that plugin in ``unschedulable_plugins``) and go through PreEnqueue again.
+        The pod whose uid is ``skip`` is not moved."""
         by_plugin = self._hints.get(event)
         if not by_plugin:
             return
 
         def hint(info: QueuedPodInfo) -> bool:
+            if info.uid == skip:
+                return False
             plugins = info.unschedulable_plugins | info.pending_plugins
             for plugin in plugins:
                 for fn in by_plugin.get(plugin, ()):
@@ -501,14 +511,11 @@ class Scheduler:
         log.warning("assumed pods expired without being seen bound: %s", ", ".join(uids))
         self.queue.on_event("Pod/Delete")
 
-    def _prunable(self, r: Reservation) -> bool:
-        return self.book.prunable(r)
-
-    def _count_lease_conflicts(self) -> None:
-        self.book.count_conflicts()
-
-    def _forget_binding(self, uid: str) -> None:
-        self._binding.pop(uid, None)
+    def _forget_binding(self, uid: str, task: asyncio.Task[None]) -> None:
+        """A binding task ended. Only its own entry goes: a cycle that failed may still be
+        releasing its reservation when the pod, requeued, has its next binding cycle."""
+        if self._binding.get(uid) is task:
+            del self._binding[uid]
 
     # ------------------------------------------------------------------ running
 
@@ -542,7 +549,7 @@ class Scheduler:
                     self.book.run(self.reservation_gc_period), name="reservation-book"
                 )
             )
-            tasks.append(asyncio.create_task(self._publish_gpu_metrics(), name="gpu-metrics"))
+            tasks.append(asyncio.create_task(self._publish_metrics(), name="metrics"))
             await self._loop()
         finally:
             self.queue.close()
@@ -572,9 +579,7 @@ class Scheduler:
             except QueueClosed:
                 return
             self.schedule_one(info)
-            pending = self.queue.pending_pods()
-            for queue_name, count in pending.items():
-                self.metrics.pending_pods.labels(queue=queue_name).set(count)
+            self._publish_pending()
             await asyncio.sleep(0)  # let informers and binding tasks run between cycles
 
     async def _finish_binds(self, timeout: float = 10.0) -> None:
@@ -658,7 +663,7 @@ class Scheduler:
         )
         self._binding[info.uid] = task
         uid = info.uid
-        task.add_done_callback(lambda _task: self._forget_binding(uid))
+        task.add_done_callback(lambda done: self._forget_binding(uid, done))
         result.assignment = assignment
         return result
 
@@ -672,11 +677,19 @@ class Scheduler:
         if not status.is_success:
             return SchedulingResult(None, status=status)
         nodes = all_nodes
+        left_out: Status | None = None  # the status of the nodes a PreFilterResult left out
         if pre is not None and pre.node_names is not None:
             nodes = [n for n in all_nodes if n.name in pre.node_names]
+            names = sorted(pre.plugins)
+            left_out = Status.unresolvable(
+                f"node(s) didn't satisfy plugin(s) [{' '.join(names)}]",
+                plugin=names[0] if names else "",
+            )
         n = len(nodes)
         if n == 0:
-            return SchedulingResult(None, status=Status.unresolvable("no nodes available"))
+            if left_out is None or not all_nodes:
+                return SchedulingResult(None, status=Status.unresolvable("no nodes available"))
+            return SchedulingResult(None, statuses={ni.name: left_out for ni in all_nodes})
         share = self.membership.share(fw.profile_name)  # None: alone, every node is ours
         if self.equivalence is not None and (pre is None or pre.node_names is None):
             signature = fw.sign_pod(pod)
@@ -708,6 +721,9 @@ class Scheduler:
             "Filter", Code.SUCCESS, time.perf_counter() - filter_started
         )
         if not feasible:
+            if left_out is not None:  # as upstream's absent nodes: counted in the message
+                for ni in all_nodes:
+                    statuses.setdefault(ni.name, left_out)
             return SchedulingResult(None, statuses=statuses, evaluated=evaluated)
         # Other replicas active: the best node of our share if one is feasible, else any.
         own = {ni.name for ni in feasible if share.mine(ni.name)} if share is not None else None
@@ -758,8 +774,9 @@ class Scheduler:
         For an Unschedulable outcome (not an error) PostFilter runs, as in upstream's
         ``schedulingCycle``, with every node's status: each evaluated node's Filter status
         (the equivalence class's, or the sampled path's, which evaluates every candidate when
-        none fits), the PreFilter rejection for every node when PreFilter rejected the pod, and
-        UnschedulableAndUnresolvable for the nodes a PreFilterResult left out. Its message is
+        none fits), UnschedulableAndUnresolvable for the nodes a PreFilterResult left out
+        (``find_placement``), and the PreFilter rejection for every node when PreFilter
+        rejected the pod. Its message is
         appended to the FailedScheduling message; a ``PostFilterResult``'s nominated node is
         recorded in ``info.nominated_node_name`` and sends the pod to backoff, to be retried.
         Writing ``status.nominatedNodeName`` to the API and trying the nominated node first
@@ -772,12 +789,10 @@ class Scheduler:
         message = fit_error_message(self.snapshot.num_nodes, result)
         nominated: str | None = None
         if not is_error and fw.has_post_filter_plugins() and self.snapshot.num_nodes:
-            if result.statuses:
-                left_out = Status.unresolvable("node(s) didn't satisfy the PreFilter result")
-            else:  # PreFilter rejected the pod (or left no node): the same for every node
-                left_out = result.status or Status.unresolvable("no nodes available")
+            # PreFilter rejected the pod (no statuses): the same for every node.
+            every = result.status or Status.unresolvable("no nodes available")
             statuses = {
-                n.name: result.statuses.get(n.name, left_out) for n in self.snapshot.node_infos()
+                n.name: result.statuses.get(n.name, every) for n in self.snapshot.node_infos()
             }
             post_result, post_status = fw.run_post_filter(state, info.pod, statuses)
             if post_status.is_error:
@@ -848,10 +863,13 @@ class Scheduler:
         pod = info.pod
         reserved: Reservation | None = None
         try:
+            # Outside the bind slots: a pod may wait at Permit for minutes (a gang).
+            status = await fw.wait_on_permit(pod)
+            if not status.is_success:
+                raise _BindFailure(
+                    "permit", status.message() or "rejected at permit", status=status
+                )
             async with self._bind_slots:
-                status = await fw.wait_on_permit(pod)
-                if not status.is_success:
-                    raise _BindFailure("permit", status.message() or "rejected at permit")
                 if assignment.gpu_ids:
                     reserved = self.reservations.new_reservation(
                         assignment.reservation_uid,
@@ -863,10 +881,10 @@ class Scheduler:
                     progress.reserved = reserved
                     try:
                         await self.reservations.reserve(
-                            node, reserved, known=self.leases.get(node), prunable=self._prunable
+                            node, reserved, known=self.leases.get(node), prunable=self.book.prunable
                         )
                     finally:
-                        self._count_lease_conflicts()
+                        self.book.count_conflicts()
                 status = await fw.run_pre_bind(state, pod, node)
                 if not status.is_success:
                     raise _BindFailure("prebind", status.message())
@@ -952,8 +970,9 @@ class Scheduler:
         The reservation is released only when the pod is known not to be bound with it; when
         that is unknown it stays until it expires unbound (the book's prune rule). The pod
         goes back to the queue, with a FailedScheduling Event, unless it is gone or bound
-        elsewhere (another replica won it: nothing to tell its owner). Everything but the
-        release is done before the first await.
+        elsewhere (another replica won it: nothing to tell its owner); a pod rejected while
+        waiting at Permit is unschedulable instead. Everything but the release is done before
+        the first await.
         """
         pod = info.pod
         outcome = failure.outcome
@@ -961,6 +980,21 @@ class Scheduler:
         self.failed_binds += 1
         self.metrics.bind_failures.labels(reason=failure.stage).inc()
         fw.run_unreserve(state, pod, node)
+        self._catch_up(info)
+        rejected = failure.status
+        if rejected is not None and rejected.is_rejected:
+            # Rejected while waiting at Permit (a gang's timeout): upstream's FitError on the
+            # one node. The pod waits in unschedulable for an event its rejecting plugin
+            # registered for; the devices it frees do not move it back at once.
+            info.unschedulable_plugins = {rejected.plugin} if rejected.plugin else set()
+            with contextlib.suppress(ValueError):  # the pod may have been deleted meanwhile
+                self.queue.add_unschedulable(info)
+            self._forget_assumed(info.uid, moves_itself=False)
+            self.cache.finish_binding(pod)
+            result = SchedulingResult(None, statuses={node: rejected})
+            self.events.failed_scheduling(pod, fit_error_message(1, result))
+            self._attempt("unschedulable", fw, started)
+            return
         self._forget_assumed(info.uid)
         self.cache.finish_binding(pod)
         if outcome == _Outcome.UNKNOWN and reserved is not None:
@@ -983,6 +1017,21 @@ class Scheduler:
             self.book.mark_dead(reserved.uid)
             if failure.release:
                 await self.book.release(node, [reserved.uid])
+
+    def _catch_up(self, info: QueuedPodInfo) -> None:
+        """Before a pod whose binding failed returns to the queue: hand the queue the version
+        the informer has now (``_on_pod`` skips updates to an assumed pod), as upstream's
+        failure handler requeues the informer's copy. A relevant change sends it to backoff
+        rather than unschedulable (an update while in flight)."""
+        latest = self.pods.items.get(_key(info.pod))
+        if (
+            latest is not None
+            and latest is not info.pod
+            and latest["metadata"].get("uid") == info.uid
+            and not (latest.get("spec") or {}).get("nodeName")
+            and self.queue.get(info.uid) is info  # in flight: never added here
+        ):
+            self.queue.update(info.pod, latest)
 
     async def _binding_outcome(
         self, pod: dict[str, Any], node: str, assignment: Assignment
@@ -1033,9 +1082,16 @@ class Scheduler:
                 published.add(name)  # in the cache, not yet in the snapshot: keep its series
         self._gpu_series = published
 
-    async def _publish_gpu_metrics(self, period: float = 5.0) -> None:
+    def _publish_pending(self) -> None:
+        """``scheduler_pending_pods{queue}``: after every cycle, and periodically, since pods
+        also move while no cycle runs (gated ones never cause one)."""
+        for queue_name, count in self.queue.pending_pods().items():
+            self.metrics.pending_pods.labels(queue=queue_name).set(count)
+
+    async def _publish_metrics(self, period: float = 5.0) -> None:
         while True:
             self._publish_gpu_metrics_once()
+            self._publish_pending()
             await self.clock.sleep(period)
 
 
@@ -1061,7 +1117,8 @@ class _Progress:
 class _BindFailure(Exception):
     """Why a binding cycle did not bind: its stage (the ``reason`` of
     ``gpusched_bind_failures_total``), what the API server said of the pod after a Binding
-    (``None``: none was sent), and whether a written reservation should be released now."""
+    (``None``: none was sent), whether a written reservation should be released now, and the
+    Permit status when the pod was rejected while waiting."""
 
     def __init__(
         self,
@@ -1070,9 +1127,11 @@ class _BindFailure(Exception):
         outcome: _Outcome | None = None,
         *,
         release: bool = True,
+        status: Status | None = None,
     ) -> None:
         super().__init__(message)
         self.stage = stage
         self.message = message
         self.outcome = outcome
         self.release = release
+        self.status = status

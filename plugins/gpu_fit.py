@@ -121,7 +121,7 @@ _INVALID_NODE: Final = Status.unresolvable(REASON_INVALID_NODE, plugin=NAME)
 _MIXED: Final = Status.unresolvable(REASON_MIXED_REQUEST, plugin=NAME)
 
 
-# -- what the scheduler reads ------------------------------------------------------------------
+# -- the cycle state: the request and the choices (Reserve turns one into DEVICE_ASSIGNMENT) ---
 
 
 @dataclass(frozen=True, slots=True)

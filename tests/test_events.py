@@ -71,7 +71,7 @@ async def test_each_write_that_succeeds_is_reported(kube: Kube) -> None:
     recorder = EventRecorder(kube, FakeClock(), on_write=writes)
     pod = await make_pod(kube, "p")
     recorder.failed_scheduling(pod, "0/3 nodes are available")
-    recorder.scheduled(pod, "node-1")
+    recorder.scheduled(await make_pod(kube, "q"), "node-1")
     async with running(recorder):
         await writes.wait()
     assert recorder.written == 3
@@ -81,6 +81,27 @@ async def test_each_write_that_succeeds_is_reported(kube: Kube) -> None:
     assert (condition["status"], condition["message"]) == ("False", "0/3 nodes are available")
     events = await kube.get("/api/v1/namespaces/default/events")
     assert sorted(e["reason"] for e in events["items"]) == ["FailedScheduling", "Scheduled"]
+
+
+async def test_a_condition_still_waiting_when_its_pod_is_scheduled_is_not_written(
+    kube: Kube,
+) -> None:
+    """Events and conditions trail the scheduler under their budget: a PodScheduled=False
+    still waiting when the pod is bound (the Binding sets it True) must not be written after,
+    or a running pod says it is unschedulable."""
+    writes = Writes(expected=2)
+    recorder = EventRecorder(kube, FakeClock(), on_write=writes)
+    pod = await make_pod(kube, "p")
+    recorder.failed_scheduling(pod, "0/3 nodes are available")
+    recorder.scheduled(pod, "node-1")
+    async with running(recorder):
+        await writes.wait()
+    await recorder.drain()
+    assert sorted(writes) == [("events", "create"), ("events", "create")]
+    stored = await kube.get("/api/v1/namespaces/default/pods/p")
+    assert not [
+        c for c in (stored.get("status") or {}).get("conditions") or [] if c["status"] == "False"
+    ]
 
 
 async def test_a_patch_for_a_deleted_pod_is_not_a_write(kube: Kube) -> None:

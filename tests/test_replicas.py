@@ -152,6 +152,24 @@ async def test_own_lease_and_other_profiles_do_not_count() -> None:
     assert members(m) == ("a", "c")
 
 
+async def test_a_replica_that_changes_the_profiles_it_serves_changes_the_shares() -> None:
+    """A replica restarted under the same identity (so the same Lease) with a new
+    configuration: the others must stop leaving it the pods of a profile it no longer serves
+    (they would wait for it forever: it renews its Lease), and queue them (``on_change``)."""
+    clock = FakeClock()
+    changes: list[tuple[str, ...]] = []
+    m = membership(clock)
+    m.on_change = lambda: changes.append(tuple(x.identity for x in m.live()))
+    b = lease_of(clock, "b", names=("gpusched",))
+    m.on_lease("ADDED", b, None)
+    assert members(m) == ("a", "b")
+    m.on_lease("MODIFIED", lease_of(clock, "b", names=("other-scheduler",)), b)
+    assert m.share("gpusched") is None  # a alone serves it now
+    assert members(m, "other-scheduler") == ()  # a does not serve it
+    assert changes == [("b",), ("b",)]
+    m._check()
+
+
 def test_invalid_membership_lease_is_ignored() -> None:
     clock = FakeClock()
     m = membership(clock)

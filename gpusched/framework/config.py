@@ -63,6 +63,7 @@ __all__ = [
     "ConfigError",
     "ConfigOrigin",
     "DisabledPlugin",
+    "Events",
     "LeaderElection",
     "PluginArgs",
     "PluginConfig",
@@ -605,14 +606,15 @@ def default_plugins() -> Plugins:
     and with upstream's Score weights, then gpusched's GPUFit, weighted 2 so that the choice
     of GPUs outweighs NodeResourcesFit's spreading of cpu and memory::
 
-        PrioritySort                 queueSort
+        PrioritySort                 preEnqueue, queueSort
         NodeUnschedulable            filter
         NodeName                     filter
-        TaintToleration    weight 3  filter, score
-        NodeAffinity       weight 2  preFilter, filter, score
-        NodeResourcesFit   weight 1  preFilter, filter, score
+        TaintToleration    weight 3  filter, preScore, score
+        NodeAffinity       weight 2  preFilter, filter, preScore, score
+        NodeResourcesFit   weight 1  preFilter, filter, preScore, score
         GPUFit             weight 2  preFilter, filter, preScore, score, reserve
         DefaultBinder                bind
+        SchedulingGates              preEnqueue
     """
     return Plugins(
         multi_point=PluginSet(

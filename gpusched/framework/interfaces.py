@@ -589,7 +589,8 @@ class EnqueueExtensions(abc.ABC):
     Only read from plugins that can reject a pod (PreEnqueue, PreFilter, Filter, Reserve,
     Permit). Such a plugin without it is registered for every event (less efficient: every
     change requeues its rejected pods). An empty list means its pods are never requeued by
-    events (only by the periodic flush), which is rarely what you want.
+    events: a pod it rejected waits for the 5-minute flush, a pod it gated (PreEnqueue) for an
+    update to the pod itself (SchedulingGates' and PrioritySort's case).
     """
 
     @abc.abstractmethod

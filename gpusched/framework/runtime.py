@@ -13,10 +13,12 @@ status naming it: a bug in one plugin fails that pod's cycle, not the scheduler.
 
 Costs: ``run_filter`` is O(filter plugins) per node and allocates nothing when the node fits or
 a plugin rejects with a prebuilt status; ``run_score`` is O(score plugins x nodes). With an
-``observer``, each point reports its duration and, in cycles whose
-``CycleState.record_plugin_metrics`` is set, each plugin call too: the timed variant of every
-point's tuple is built once, at construction (``_timed``), so choosing it costs one attribute
-test per call. Details, and the waiting pods of Permit: docs/plugins.md.
+``observer``, each ``run_*`` reports its extension point's duration (but ``run_filter``, called
+per node: the cycle times the filter loop) and, in cycles whose
+``CycleState.record_plugin_metrics`` is set, each plugin call too. Both are one wrapper
+(``_timed``) applied at construction, so without an observer nothing is timed and choosing a
+stage's timed table costs one attribute test. Details, and the waiting pods of Permit:
+docs/plugins.md.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
@@ -95,22 +97,9 @@ log = logging.getLogger(__name__)
 MAX_PERMIT_TIMEOUT = 15 * 60.0
 """The longest a Permit plugin may make a pod wait, in seconds (upstream's ``maxTimeout``)."""
 
-POINT_LABELS: dict[str, str] = {
-    "preEnqueue": "PreEnqueue",
-    "queueSort": "QueueSort",
-    "preFilter": "PreFilter",
-    "filter": "Filter",
-    "postFilter": "PostFilter",
-    "preScore": "PreScore",
-    "score": "Score",
-    "reserve": "Reserve",
-    "permit": "Permit",
-    "preBind": "PreBind",
-    "bind": "Bind",
-    "postBind": "PostBind",
-}
-"""Configuration key -> the ``extension_point`` label upstream's metrics use. Also used:
-``ScoreExtensionNormalize`` and ``Unreserve``."""
+POINT_LABELS: dict[str, str] = {key: key[0].upper() + key[1:] for key in EXTENSION_POINTS}
+"""Configuration key -> the ``extension_point`` label upstream's metrics use (``preFilter`` ->
+``PreFilter``). Also used: ``ScoreExtensionNormalize`` and ``Unreserve``."""
 
 _POINT_CLASSES: dict[str, type[Plugin]] = {
     "preEnqueue": PreEnqueuePlugin,
@@ -126,6 +115,17 @@ _POINT_CLASSES: dict[str, type[Plugin]] = {
     "bind": BindPlugin,
     "postBind": PostBindPlugin,
 }
+
+_STAGES: tuple[tuple[str, str, str, str], ...] = (
+    *(
+        (key, key, method, POINT_LABELS[key])
+        for key, method in EXTENSION_POINTS.items()
+        if key not in ("queueSort", "score")  # a key function; Score has its own table
+    ),
+    ("unreserve", "reserve", "unreserve", "Unreserve"),
+)
+"""The stages run from ``(name, bound method)`` tables: the stage, the configuration key whose
+plugins run it, their method (the framework's is ``run_<method>``) and the metrics label."""
 
 # Plugins at these points can reject a pod, so their EnqueueExtensions matter (upstream's
 # shouldHaveEnqueueExtensions).
@@ -171,6 +171,22 @@ def _passed_on(point: str, plugin: str, status: Status) -> Status:
     return status.with_plugin(plugin) if status.is_rejected else _failed(point, plugin, status)
 
 
+def _until_failure(
+    point: str, plugins: Iterable[tuple[str, Callable[..., Status]]], *args: Any
+) -> Status:
+    """Call each plugin's method with ``args`` in order; the first non-success stops and is
+    passed on (``_passed_on``); one that raises is an Error naming it."""
+    name = ""
+    try:
+        for name, fn in plugins:
+            s = fn(*args)
+            if s.code:
+                return _passed_on(point, name, s)
+    except Exception as exc:
+        return _raised(point, name, exc)
+    return SUCCESS
+
+
 def _uid(pod: Pod) -> str:
     meta = pod.get("metadata") or {}
     uid = meta.get("uid")
@@ -193,25 +209,19 @@ _ScoreEntry: TypeAlias = (
 """A Score plugin: its name, ``score``, ``normalize_score`` (or ``None``) and weight."""
 
 
-def _status_code(out: Status) -> Code:
-    return out.code
-
-
-def _second_code(out: tuple[Any, Status]) -> Code:
-    return out[1].code
-
-
-def _first_code(out: tuple[Status, Any]) -> Code:
-    return out[0].code
-
-
-def _no_code(out: None) -> Code:
+def _code_of(out: Any) -> Code:
+    """The status code in a stage's result: a Status, a tuple holding one, or None (Success)."""
+    if isinstance(out, Status):
+        return out.code
+    if isinstance(out, tuple):
+        return next((o.code for o in out if isinstance(o, Status)), Code.SUCCESS)
     return Code.SUCCESS
 
 
-def _timed(observer: Observer, point: str, name: str, fn: _F, code_of: Callable[[Any], Code]) -> _F:
-    """``fn`` reporting each call's duration as plugin ``name`` at ``point`` (an exception is
-    reported as Error and re-raised). Built once per plugin and point, at construction."""
+def _timed(fn: _F, report: Callable[[Code, float], None]) -> _F:
+    """``fn`` (plain or async) calling ``report(code, seconds)`` after each call; an exception
+    is reported as Error and re-raised. Built once, at construction, for a plugin's method
+    (``Observer.plugin_duration``) and for a ``run_*`` method (the extension point's)."""
     if asyncio.iscoroutinefunction(fn):
 
         async def timed_async(*args: Any) -> Any:
@@ -219,9 +229,9 @@ def _timed(observer: Observer, point: str, name: str, fn: _F, code_of: Callable[
             try:
                 out = await fn(*args)
             except Exception:
-                observer.plugin_duration(name, point, Code.ERROR, perf_counter() - t0)
+                report(Code.ERROR, perf_counter() - t0)
                 raise
-            observer.plugin_duration(name, point, code_of(out), perf_counter() - t0)
+            report(_code_of(out), perf_counter() - t0)
             return out
 
         return timed_async  # type: ignore[return-value]
@@ -231,44 +241,12 @@ def _timed(observer: Observer, point: str, name: str, fn: _F, code_of: Callable[
         try:
             out = fn(*args)
         except Exception:
-            observer.plugin_duration(name, point, Code.ERROR, perf_counter() - t0)
+            report(Code.ERROR, perf_counter() - t0)
             raise
-        observer.plugin_duration(name, point, code_of(out), perf_counter() - t0)
+        report(_code_of(out), perf_counter() - t0)
         return out
 
     return timed  # type: ignore[return-value]
-
-
-def _point(point: str, code_of: Callable[[Any], Code]) -> Callable[[_F], _F]:
-    """Decorates a ``run_*`` method (plain or async): with an observer, its duration is
-    reported as the extension point's, with the status ``code_of`` reads from its result."""
-
-    def decorate(method: _F) -> _F:
-        if asyncio.iscoroutinefunction(method):
-
-            @functools.wraps(method)
-            async def run_async(self: Framework, *args: Any) -> Any:
-                if self._observer is None:
-                    return await method(self, *args)
-                start = perf_counter()
-                out = await method(self, *args)
-                self._observer.extension_point_duration(point, code_of(out), perf_counter() - start)
-                return out
-
-            return run_async  # type: ignore[return-value]
-
-        @functools.wraps(method)
-        def run(self: Framework, *args: Any) -> Any:
-            if self._observer is None:
-                return method(self, *args)
-            start = perf_counter()
-            out = method(self, *args)
-            self._observer.extension_point_duration(point, code_of(out), perf_counter() - start)
-            return out
-
-        return run  # type: ignore[return-value]
-
-    return decorate
 
 
 # -- waiting pods ----------------------------------------------------------------------------
@@ -428,44 +406,17 @@ class Framework:
         self._queue_sort = queue_sort[0]
         self._weights = self._score_weights(plugins, at["score"])
 
-        # Hot-path tables, (name, bound method) per extension point in order, each also in a
-        # timed variant (the same when there is no observer): built once, here.
-        def table(key: str, cls: type[Any], method: str, point: str, code: Any) -> Any:
-            plain = tuple((p.NAME, getattr(p, method)) for p in of(key, cls))
-            return plain, self._timed_table(plain, point, code)
-
-        self._pre_enqueue, self._pre_enqueue_t = table(
-            "preEnqueue", PreEnqueuePlugin, "pre_enqueue", "PreEnqueue", _status_code
-        )
-        self._pre_filter, self._pre_filter_t = table(
-            "preFilter", PreFilterPlugin, "pre_filter", "PreFilter", _second_code
-        )
+        # Hot-path tables, built once: per stage, (name, bound method) in order, plain and, with
+        # an observer, timed per call (the variant cycles that record plugin metrics use).
+        self._stages: dict[str, tuple[_Entries[Any], _Entries[Any]]] = {}
+        for stage, key, method, label in _STAGES:
+            plain = tuple((p.NAME, getattr(p, method)) for p in of(key, _POINT_CLASSES[key]))
+            if stage == "unreserve":
+                plain = plain[::-1]
+            timed = tuple((name, self._time(name, fn, label)) for name, fn in plain)
+            self._stages[stage] = (plain, timed)
         self._filter: _Entries[Callable[[CycleState, Pod, NodeInfo], Status]]
-        self._filter, self._filter_t = table(
-            "filter", FilterPlugin, "filter", "Filter", _status_code
-        )
-        self._post_filter, self._post_filter_t = table(
-            "postFilter", PostFilterPlugin, "post_filter", "PostFilter", _second_code
-        )
-        self._pre_score, self._pre_score_t = table(
-            "preScore", PreScorePlugin, "pre_score", "PreScore", _status_code
-        )
-        self._reserve, self._reserve_t = table(
-            "reserve", ReservePlugin, "reserve", "Reserve", _status_code
-        )
-        unreserve, unreserve_t = table("reserve", ReservePlugin, "unreserve", "Unreserve", _no_code)
-        self._unreserve, self._unreserve_t = unreserve[::-1], unreserve_t[::-1]
-        self._permit, self._permit_t = table(
-            "permit", PermitPlugin, "permit", "Permit", _first_code
-        )
-        self._pre_bind, self._pre_bind_t = table(
-            "preBind", PreBindPlugin, "pre_bind", "PreBind", _status_code
-        )
-        self._bind, self._bind_t = table("bind", BindPlugin, "bind", "Bind", _status_code)
-        self._post_bind, self._post_bind_t = table(
-            "postBind", PostBindPlugin, "post_bind", "PostBind", _no_code
-        )
-        score_plugins: list[ScorePlugin] = of("score", ScorePlugin)
+        self._filter, self._filter_t = self._stages["filter"]  # per node: read directly
         self._score: tuple[_ScoreEntry, ...] = tuple(
             (
                 p.NAME,
@@ -473,21 +424,23 @@ class Framework:
                 p.normalize_score if isinstance(p, ScoreExtensions) else None,
                 self._weights[p.NAME],
             )
-            for p in score_plugins
+            for p in of("score", ScorePlugin)
         )
-        self._score_t: tuple[_ScoreEntry, ...] = self._score
-        if observer is not None:
-            self._score_t = tuple(
-                (
-                    name,
-                    _timed(observer, "Score", name, score, _second_code),
-                    None
-                    if normalize is None
-                    else _timed(observer, "ScoreExtensionNormalize", name, normalize, _status_code),
-                    weight,
-                )
-                for name, score, normalize, weight in self._score
+        self._score_t: tuple[_ScoreEntry, ...] = tuple(
+            (
+                name,
+                self._time(name, score, "Score"),
+                None if norm is None else self._time(name, norm, "ScoreExtensionNormalize"),
+                weight,
             )
+            for name, score, norm, weight in self._score
+        )
+        if observer is not None:  # each run_* reports its extension point's duration
+            for stage, _key, method, label in (*_STAGES, ("score", "score", "score", "Score")):
+                if stage != "filter":  # called per node: the cycle times the filter loop
+                    runner = f"run_{method}"
+                    report = functools.partial(observer.extension_point_duration, label)
+                    setattr(self, runner, _timed(getattr(self, runner), report))
 
         # Signing (SignPlugin): possible only if every plugin that decides where a pod fits
         # signs; the normalised Score plugins are the ones whose raw scores the batched path
@@ -504,11 +457,18 @@ class Framework:
             else tuple(p.sign_pod for p in deciders.values() if isinstance(p, SignPlugin))
         )
 
-    def _timed_table(self, plain: _Entries[_F], point: str, code: Callable[[Any], Code]) -> Any:
+    def _time(self, plugin: str, fn: _F, label: str) -> _F:
+        """``fn``, a method of ``plugin`` at ``label``, timed (itself without an observer)."""
         observer = self._observer
         if observer is None:
-            return plain
-        return tuple((name, _timed(observer, point, name, fn, code)) for name, fn in plain)
+            return fn
+        return _timed(fn, functools.partial(observer.plugin_duration, plugin, label))
+
+    def _plugins_at(self, stage: str, state: CycleState | None) -> _Entries[Any]:
+        """A stage's table: timed in cycles that record plugin metrics (and without a
+        ``CycleState``, at PreEnqueue, whenever there is an observer)."""
+        plain, timed = self._stages[stage]
+        return timed if state is None or state.record_plugin_metrics else plain
 
     # -- construction helpers ------------------------------------------------------------
 
@@ -682,7 +642,7 @@ class Framework:
         return bool(self._filter)
 
     def has_post_filter_plugins(self) -> bool:
-        return bool(self._post_filter)
+        return bool(self._stages["postFilter"][0])
 
     def has_score_plugins(self) -> bool:
         return bool(self._score)
@@ -731,23 +691,13 @@ class Framework:
 
     # -- scheduling cycle: never awaits --------------------------------------------------
 
-    @_point("PreEnqueue", _status_code)
     def run_pre_enqueue(self, pod: Pod) -> Status:
         """First non-success wins (rejections keep their code; others become Error).
 
         No ``CycleState`` here, so plugin durations are recorded whenever an observer is set.
         """
-        name = ""
-        try:
-            for name, fn in self._pre_enqueue_t:
-                s = fn(pod)
-                if s.code:
-                    return _passed_on("PreEnqueue", name, s)
-        except Exception as exc:
-            return _raised("PreEnqueue", name, exc)
-        return SUCCESS
+        return _until_failure("PreEnqueue", self._plugins_at("preEnqueue", None), pod)
 
-    @_point("PreFilter", _second_code)
     def run_pre_filter(self, state: CycleState, pod: Pod) -> tuple[PreFilterResult | None, Status]:
         """Run every PreFilter plugin (upstream's ``RunPreFilterPlugins``).
 
@@ -763,7 +713,7 @@ class Framework:
         rejected: Status | None = None
         name = ""
         try:
-            for name, fn in self._pre_filter_t if state.record_plugin_metrics else self._pre_filter:
+            for name, fn in self._plugins_at("preFilter", state):
                 r, s = fn(state, pod)
                 code = s.code
                 if code == Code.SKIP:
@@ -814,7 +764,6 @@ class Framework:
             return _raised("Filter", name, exc)
         return SUCCESS
 
-    @_point("PostFilter", _second_code)
     def run_post_filter(
         self, state: CycleState, pod: Pod, statuses: Mapping[str, Status]
     ) -> tuple[PostFilterResult | None, Status]:
@@ -828,9 +777,7 @@ class Framework:
         rejector = ""
         name = ""
         try:
-            for name, fn in (
-                self._post_filter_t if state.record_plugin_metrics else self._post_filter
-            ):
+            for name, fn in self._plugins_at("postFilter", state):
                 r, s = fn(state, pod, statuses)
                 if s.code == Code.SUCCESS:
                     return r, s
@@ -846,7 +793,6 @@ class Framework:
             return None, _raised("PostFilter", name, exc)
         return result, Status(Code.UNSCHEDULABLE, tuple(reasons), rejector)
 
-    @_point("PreScore", _status_code)
     def run_pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status:
         """Run PreScore plugins; Skip puts the plugin in ``state.skip_score_plugins``, anything
         but Success or Skip is an Error."""
@@ -854,7 +800,7 @@ class Framework:
         skip.clear()
         name = ""
         try:
-            for name, fn in self._pre_score_t if state.record_plugin_metrics else self._pre_score:
+            for name, fn in self._plugins_at("preScore", state):
                 s = fn(state, pod, nodes)
                 if s.code == Code.SKIP:
                     skip.add(name)
@@ -864,7 +810,6 @@ class Framework:
             return _raised("PreScore", name, exc)
         return SUCCESS
 
-    @_point("Score", _second_code)
     def run_score(
         self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]
     ) -> tuple[list[NodeScore], Status]:
@@ -965,26 +910,14 @@ class Framework:
             return 0, (), _raised("Score", name, exc)
         return total, tuple(raw), SUCCESS
 
-    @_point("Reserve", _status_code)
     def run_reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """Reserve in order; the first failure stops (rejections keep their code, others become
         Error). On failure the caller must call ``run_unreserve``."""
-        name = ""
-        try:
-            for name, reserve in self._reserve_t if state.record_plugin_metrics else self._reserve:
-                s = reserve(state, pod, node_name)
-                if s.code:
-                    return _passed_on("Reserve", name, s)
-        except Exception as exc:
-            return _raised("Reserve", name, exc)
-        return SUCCESS
+        return _until_failure("Reserve", self._plugins_at("reserve", state), state, pod, node_name)
 
-    @_point("Unreserve", _no_code)
     def run_unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
         """Unreserve every Reserve plugin, in reverse order; exceptions are logged, not raised."""
-        for name, unreserve in (
-            self._unreserve_t if state.record_plugin_metrics else self._unreserve
-        ):
+        for name, unreserve in self._plugins_at("unreserve", state):
             try:
                 unreserve(state, pod, node_name)
             except Exception:
@@ -995,7 +928,6 @@ class Framework:
                     node_name,
                 )
 
-    @_point("Permit", _status_code)
     def run_permit(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """Run Permit plugins (upstream's ``RunPermitPlugins``).
 
@@ -1007,7 +939,7 @@ class Framework:
         waits: dict[str, float] = {}
         name = ""
         try:
-            for name, fn in self._permit_t if state.record_plugin_metrics else self._permit:
+            for name, fn in self._plugins_at("permit", state):
                 s, timeout = fn(state, pod, node_name)
                 if not s.code:
                     continue
@@ -1051,12 +983,11 @@ class Framework:
             observer.permit_wait_duration(status.code, perf_counter() - start)
         return status
 
-    @_point("PreBind", _status_code)
     async def run_pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """PreBind in order; the first failure stops (the caller then unreserves)."""
         name = ""
         try:
-            for name, fn in self._pre_bind_t if state.record_plugin_metrics else self._pre_bind:
+            for name, fn in self._plugins_at("preBind", state):
                 s = await fn(state, pod, node_name)
                 if s.code:
                     return _passed_on("PreBind", name, s)
@@ -1064,7 +995,6 @@ class Framework:
             return _raised("PreBind", name, exc)
         return SUCCESS
 
-    @_point("Bind", _status_code)
     async def run_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         """Bind plugins in order until one does not return Skip; its status is the result.
 
@@ -1072,7 +1002,7 @@ class Framework:
         """
         name = ""
         try:
-            for name, fn in self._bind_t if state.record_plugin_metrics else self._bind:
+            for name, fn in self._plugins_at("bind", state):
                 s = await fn(state, pod, node_name)
                 if s.code == Code.SKIP:
                     continue
@@ -1081,10 +1011,9 @@ class Framework:
             return _raised("Bind", name, exc)
         return Status.skip()
 
-    @_point("PostBind", _no_code)
     async def run_post_bind(self, state: CycleState, pod: Pod, node_name: str) -> None:
         """Informational PostBind plugins; exceptions are logged, and all plugins run."""
-        for name, fn in self._post_bind_t if state.record_plugin_metrics else self._post_bind:
+        for name, fn in self._plugins_at("postBind", state):
             try:
                 await fn(state, pod, node_name)
             except Exception:

@@ -147,10 +147,10 @@ async def open_sim(clock: FakeClock) -> AsyncIterator[SimCluster]:
         yield sim
 
 
-async def synced(sim: SimCluster, clock: FakeClock) -> Scheduler:
+async def synced(sim: SimCluster, clock: FakeClock, **kwargs: Any) -> Scheduler:
     """A Scheduler on ``sim`` whose informers have listed the cluster once (and watch nothing:
     what happens later reaches it only when the test lists again)."""
-    sched = scheduler(Kube(sim.api_client()), clock)
+    sched = scheduler(Kube(sim.api_client()), clock, **kwargs)
     for informer in sched.informers:
         await informer.list()
     return sched
@@ -388,8 +388,8 @@ async def test_unknown_binding_outcome_keeps_its_gpus_counted() -> None:
     reservation in the Lease until it expires; the cache must go on counting those GPUs (the
     pod may be bound with them), or the retry picks the same GPUs and its Lease write conflicts
     with the pod's own old reservation again and again until that expires (lease duration +
-    grace, ~90 s by default). The Lease's own watch event is not delivered here: the cache
-    must not need it."""
+    clock-skew tolerance, ~90 s by default). The Lease's own watch event is not delivered
+    here: the cache must not need it."""
     clock = FakeClock()
     async with open_sim(clock) as sim:
         sched = await synced(sim, clock)
@@ -619,3 +619,217 @@ def test_gpu_gauges_of_a_deleted_node_are_removed() -> None:
     sched._publish_gpu_metrics_once()  # the snapshot still has the node: the cache does not
     rendered = sched.metrics.render().decode()
     assert f'node="{NODE}"' not in rendered
+
+
+# ------------------------------------------------ Permit waits, and binding tasks that overlap
+
+
+class Hold(PermitPlugin, EnqueueExtensions):
+    """Makes pods whose name starts with ``wait`` wait at Permit (a gang short of its quorum)."""
+
+    NAME = "Hold"
+
+    def permit(self, state: CycleState, pod: Pod, node_name: str) -> tuple[Status, float]:
+        if pod["metadata"]["name"].startswith("wait"):
+            return Status.wait(), 600.0
+        return Status.success(), 0.0
+
+    def events_to_register(self) -> list[ClusterEventWithHint]:
+        return [ClusterEventWithHint(ClusterEvent("Pod", ActionType.ADD))]
+
+
+def hold_config() -> tuple[SchedulerConfiguration, Any]:
+    registry = in_tree()
+    registry.register(Hold)
+    config = apply_default_plugins(
+        SchedulerConfiguration(
+            profiles=[Profile(plugins=Plugins(permit=PluginSet(enabled=[PluginRef(name="Hold")])))]
+        )
+    )
+    return config, registry
+
+
+@pytest.mark.simonly
+async def test_a_pod_rejected_while_waiting_at_permit_waits_in_unschedulable() -> None:
+    """A pod that waited at Permit and was rejected (a gang's timeout) is unschedulable, as
+    upstream's binding cycle makes it (a FitError on its node): it waits for an event its
+    rejecting plugin registered for, the attempt counts as unschedulable, not as an error, and
+    the devices it frees do not move it straight back."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        config, registry = hold_config()
+        sched = await synced(sim, clock, config=config, registry=registry)
+        fw = next(iter(sched.frameworks.values()))
+        (pod,) = await create_pods(sim, sched, gpu_pod("wait-0", 1))
+        uid = pod["metadata"]["uid"]
+        info = sched.queue.pop_nowait()
+        assert info is not None
+        sched.schedule_one(info)
+        task = sched._binding[uid]
+        await asyncio.sleep(0)
+        assert fw.reject_waiting_pod(uid, "Hold", "quorum not reached")
+        await task
+        assert sched.queue.location(uid) == "unschedulable"
+        queued = sched.queue.get(uid)
+        assert queued is not None
+        assert queued.unschedulable_plugins == {"Hold"}
+        assert not sched.cache.is_assumed(uid)
+        rendered = sched.metrics.render().decode()
+        assert (
+            'scheduler_schedule_attempts_total{profile="gpusched",result="unschedulable"} 1.0'
+            in (rendered)
+        ), [line for line in rendered.splitlines() if "attempts_total{" in line]
+
+
+@pytest.mark.simonly
+async def test_a_pod_waiting_at_permit_does_not_hold_a_bind_slot() -> None:
+    """Pods waiting at Permit (for minutes, a gang) must not take the bind slots that bound
+    the concurrent Lease writes and Bindings: another pod binds while they wait."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        config, registry = hold_config()
+        sched = await synced(sim, clock, config=config, registry=registry)
+        sched._bind_slots = asyncio.Semaphore(1)
+        fw = next(iter(sched.frameworks.values()))
+        waiting, other = await create_pods(sim, sched, gpu_pod("wait-0", 1), gpu_pod("x-other", 1))
+        for pod in (waiting, other):  # the waiting pod first (the queue sorts by name here)
+            info = sched.queue.pop_nowait()
+            assert info is not None
+            assert info.uid == pod["metadata"]["uid"]
+            sched.schedule_one(info)
+            await asyncio.sleep(0)  # its binding task starts
+        await asyncio.wait_for(sched._binding[other["metadata"]["uid"]], 60)  # a hang bound
+        assert sched.scheduled == 1
+        held = fw.get_waiting_pod(waiting["metadata"]["uid"])
+        assert held is not None
+        held.allow("Hold")
+        await sched._binding[waiting["metadata"]["uid"]]
+        assert sched.scheduled == 2
+
+
+@pytest.mark.simonly
+async def test_a_failed_binding_task_ending_late_leaves_the_next_one_registered() -> None:
+    """A binding cycle that failed is still releasing its reservation when the pod, requeued
+    and out of backoff, starts its next binding cycle. When the first task ends it must not
+    take the second out of ``_binding``: shutdown waits for and cancels the tasks found
+    there, and the informer handlers skip pods found there."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        sched = await synced(sim, clock)
+        fw = next(iter(sched.frameworks.values()))
+        (pod,) = await create_pods(sim, sched, gpu_pod("p", 1))
+        uid = pod["metadata"]["uid"]
+        release_may_go = asyncio.Event()
+        second_in_prebind = asyncio.Event()
+        release = sched.book.release
+        calls = 0
+
+        first_releasing = asyncio.Event()
+
+        async def slow_release(node: str, uids: list[str]) -> None:
+            first_releasing.set()  # requeued already: _bind_failed releases last
+            await release_may_go.wait()
+            await release(node, uids)
+
+        async def pre_bind(*_args: Any) -> Status:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                return Status.error("first PreBind fails")
+            second_in_prebind.set()
+            await release_may_go.wait()
+            return Status.success()
+
+        sched.book.release = slow_release  # type: ignore[method-assign]
+        fw.run_pre_bind = pre_bind  # type: ignore[method-assign]
+        info = sched.queue.pop_nowait()
+        assert info is not None
+        sched.schedule_one(info)
+        first = sched._binding[uid]
+        await first_releasing.wait()
+        assert sched.queue.location(uid) == BACKOFF
+        clock._t += 30  # past the backoff
+        info = sched.queue.pop_nowait()
+        assert info is not None
+        sched.schedule_one(info)
+        second = sched._binding[uid]
+        assert second is not first
+        await second_in_prebind.wait()
+        release_may_go.set()
+        await first
+        assert sched._binding.get(uid) is second
+        await second
+        assert sched.scheduled == 1
+        assert uid not in sched._binding
+
+
+@pytest.mark.simonly
+async def test_a_pod_requeued_after_a_failed_bind_is_its_latest_version() -> None:
+    """Updates to a pod whose binding cycle runs are skipped by the informer handler (the pod
+    is assumed). If the binding fails, the pod goes back to the queue as the informer has it
+    now, as upstream's failure handler requeues the informer's copy: not as it was popped."""
+    clock = FakeClock()
+    async with open_sim(clock) as sim:
+        sched = await synced(sim, clock)
+        fw = next(iter(sched.frameworks.values()))
+        (pod,) = await create_pods(sim, sched, gpu_pod("p", 1))
+        uid = pod["metadata"]["uid"]
+
+        async def pre_bind(*_args: Any) -> Status:
+            patch = {"metadata": {"labels": {"changed": "while-binding"}}}
+            await sim.kube.patch(f"{PODS}/p", patch, "application/merge-patch+json")
+            await sched.pods.list()  # the update reaches the handler while the pod is assumed
+            return Status.error("PreBind fails")
+
+        fw.run_pre_bind = pre_bind  # type: ignore[method-assign]
+        await cycle(sched, pod)
+        queued = sched.queue.get(uid)
+        assert queued is not None
+        assert queued.pod["metadata"].get("labels") == {"changed": "while-binding"}
+
+
+async def test_pending_pods_are_published_while_no_cycle_runs() -> None:
+    """A gated pod never causes a scheduling cycle: ``scheduler_pending_pods{queue="gated"}``
+    must not wait for one to be published."""
+    sched = handlers_only(FakeClock())
+    pod = gpu_pod("gated", 1, uid="uid-gated")
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    sched._on_pod("ADDED", pod, None)
+    assert sched.queue.location("uid-gated") == "gated"
+    publisher = asyncio.create_task(sched._publish_metrics())
+    await asyncio.sleep(0)
+    publisher.cancel()
+    await asyncio.gather(publisher, return_exceptions=True)
+    rendered = sched.metrics.render().decode()
+    assert 'scheduler_pending_pods{queue="gated"} 1.0' in rendered, [
+        line for line in rendered.splitlines() if line.startswith("scheduler_pending_pods")
+    ]
+
+
+async def test_a_pod_pinned_to_a_node_that_does_not_exist_waits_for_that_node() -> None:
+    """NodeAffinity's PreFilter pins the pod to a node the cluster does not have (yet): as
+    upstream, every node is 'didn't satisfy plugin(s) [NodeAffinity]', and the pod waits in
+    unschedulable for a Node event NodeAffinity registered for (not in backoff, retried every
+    few seconds, told 'no nodes available' with nodes there)."""
+    sched = handlers_only(FakeClock())
+    pod = gpu_pod("pinned", 1, uid="uid-pinned")
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["not-yet"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    sched._on_pod("ADDED", pod, None)
+    result = await cycle(sched, pod)
+    assert result.node is None
+    assert {s.message() for s in result.statuses.values()} == {
+        "node(s) didn't satisfy plugin(s) [NodeAffinity]"
+    }
+    assert sched.queue.location("uid-pinned") == "unschedulable"
