@@ -276,11 +276,7 @@ class Scheduler:
             rng=self.rng,
             event_interest={event: set(by_plugin) for event, by_plugin in self._hints.items()},
             pre_enqueue={name: fw.run_pre_enqueue for name, fw in self.frameworks.items()},
-            # A pod a PreEnqueue plugin holds back: tell its owner why, as the API server
-            # does for spec.schedulingGates (reason SchedulingGated).
-            on_gated=lambda info: self.events.failed_scheduling(
-                info.pod, info.error or "", reason="SchedulingGated"
-            ),
+            on_gated=self._on_gated,
             on_incoming=count_incoming,
         )
         res = self.config.reservations
@@ -420,6 +416,16 @@ class Scheduler:
             ):
                 continue
             self.queue.add(pod)  # a pod PreEnqueue holds back is reported by on_gated
+
+    def _on_gated(self, info: QueuedPodInfo) -> None:
+        """A pod a PreEnqueue plugin holds back (or whose reason changed): tell its owner why,
+        with a FailedScheduling Event and ``PodScheduled=False`` reason ``SchedulingGated``, as
+        the API server does for ``spec.schedulingGates``. A pod that has such gates is left to
+        the API server, which set that condition when the pod was created (upstream's scheduler
+        writes nothing for it either): no Event per gated pod, and none again per restart."""
+        if (info.pod.get("spec") or {}).get("schedulingGates"):
+            return
+        self.events.failed_scheduling(info.pod, info.error or "", reason="SchedulingGated")
 
     def _forget_assumed(self, pod_uid: str, *, moves_itself: bool = True) -> None:
         """Forget an assumed pod (a phantom, or a failed bind of ours) and tell the queue, as

@@ -833,3 +833,19 @@ async def test_a_pod_pinned_to_a_node_that_does_not_exist_waits_for_that_node() 
         "node(s) didn't satisfy plugin(s) [NodeAffinity]"
     }
     assert sched.queue.location("uid-pinned") == "unschedulable"
+
+
+async def test_a_pod_held_by_its_scheduling_gates_is_left_to_the_api_server() -> None:
+    """spec.schedulingGates: the API server set PodScheduled=False (SchedulingGated) at create;
+    the scheduler writes no Event or condition for it. An invalid annotation is still told."""
+    sched = handlers_only(FakeClock())
+    gated = gpu_pod("gated", 1, uid="uid-gated")
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    sched._on_pod("ADDED", gated, None)
+    assert sched.queue.location("uid-gated") == "gated"
+    assert sched.events.pending == 0
+    invalid = gpu_pod("invalid", 1, uid="uid-invalid")
+    invalid["metadata"].setdefault("annotations", {})["gpusched.io/priority"] = "urgent"
+    sched._on_pod("ADDED", invalid, None)
+    assert sched.queue.location("uid-invalid") == "gated"
+    assert sched.events.pending > 0
