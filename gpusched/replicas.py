@@ -55,7 +55,6 @@ from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIConflict, APIError, APINotFound
 
 __all__ = [
-    "DEFAULT_CLOCK_SKEW",
     "MEMBER_LABEL",
     "MEMBER_PREFIX",
     "SCHEDULER_NAMES_ANNOTATION",
@@ -71,9 +70,6 @@ log = logging.getLogger(__name__)
 MEMBER_LABEL = "gpusched.io/replica"
 MEMBER_PREFIX = "gpusched-replica-"
 SCHEDULER_NAMES_ANNOTATION = "gpusched.io/scheduler-names"
-DEFAULT_CLOCK_SKEW = 5.0
-"""Seconds by which another replica's clock may run behind this one's before its Lease is
-taken for expired while it still renews it."""
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -163,7 +159,9 @@ class Membership:
     replica schedules. ``share(scheduler_name)`` is ``None`` while this replica is alone among
     the live replicas serving that name (then everything is its own), else the current
     ``Share``. ``on_change`` is called (synchronously) whenever the live replicas, or the
-    profiles they serve, change. Not thread-safe: use it from the event loop.
+    profiles they serve, change. ``skew`` is the clock-skew tolerance in seconds the scheduler
+    passes from ``reservations.maxClockSkewSeconds`` (one setting for both). Not thread-safe:
+    use it from the event loop.
     """
 
     def __init__(
@@ -175,7 +173,7 @@ class Membership:
         namespace: str,
         lease_duration: int = 15,
         renew_period: float = 5.0,
-        skew: float = DEFAULT_CLOCK_SKEW,
+        skew: float = 0.0,
         on_change: Callable[[], None] | None = None,
         on_write: Callable[[str, str], None] | None = None,
     ) -> None:
