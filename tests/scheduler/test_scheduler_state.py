@@ -621,6 +621,21 @@ def test_gpu_gauges_of_a_deleted_node_are_removed() -> None:
     assert f'node="{NODE}"' not in rendered
 
 
+def test_gpu_gauges_follow_the_nodes_that_changed_only() -> None:
+    """The periodic publish is incremental while no node joins or leaves: a node whose GPUs
+    changed is published again; nothing is recomputed when nothing changed."""
+    sched = handlers_only(FakeClock())
+    sched.cache.update_snapshot(sched.snapshot)
+    sched._publish_gpu_metrics_once()
+    gauge = f'gpusched_node_gpus_allocated{{node="{NODE}"}}'
+    assert f"{gauge} 0.0" in sched.metrics.render().decode()
+    pod = gpu_pod("p", 2, uid="uid-p")
+    sched.cache.assume_pod(pod, NODE, Assignment((0, 1), (), (), "r"))
+    sched.cache.update_snapshot(sched.snapshot)
+    sched._publish_gpu_metrics_once()
+    assert f"{gauge} 2.0" in sched.metrics.render().decode()
+
+
 # ------------------------------------------------ Permit waits, and binding tasks that overlap
 
 
