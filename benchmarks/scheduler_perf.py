@@ -353,7 +353,9 @@ class SchedulerProcess:
             )
         self.port = 0
 
-    async def ready(self, timeout: float) -> None:
+    async def ready(self, timeout: float, poll: float = 0.1) -> float:
+        """Wait until /readyz answers 200 (polled every ``poll`` seconds); when it first did,
+        in ``time.monotonic()`` seconds."""
         import aiohttp
 
         deadline = time.monotonic() + timeout
@@ -369,8 +371,8 @@ class SchedulerProcess:
                         url = f"http://127.0.0.1:{self.port}/readyz"
                         async with session.get(url) as r:
                             if r.status == 200:
-                                return
-                await asyncio.sleep(0.1)
+                                return time.monotonic()
+                await asyncio.sleep(poll)
         raise RuntimeError(f"the scheduler was not ready in {timeout:.0f}s")
 
     async def api_writes(self) -> dict[str, float]:

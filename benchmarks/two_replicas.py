@@ -155,28 +155,6 @@ def double_booked(pods: list[dict[str, Any]]) -> int:
     return sum(n - 1 for gpus in held.values() for n in gpus.values() if n > 1)
 
 
-async def ready_at(scheduler: SchedulerProcess, timeout: float) -> float:
-    """When the scheduler's /readyz first answered 200 (polled every 20 ms)."""
-    import aiohttp
-
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            if scheduler.proc.poll() is not None:
-                raise RuntimeError(f"the scheduler exited: {scheduler.err.read_text()[-2000:]}")
-            if not scheduler.port:
-                found = re.search(r"metrics on :(\d+)", scheduler.out.read_text())
-                scheduler.port = int(found.group(1)) if found else 0
-            if scheduler.port:
-                with contextlib.suppress(aiohttp.ClientError, OSError):
-                    url = f"http://127.0.0.1:{scheduler.port}/readyz"
-                    async with session.get(url) as r:
-                        if r.status == 200:
-                            return time.monotonic()
-            await asyncio.sleep(0.02)
-    raise RuntimeError(f"the scheduler was not ready in {timeout:.0f}s")
-
-
 async def run_one(
     nodes: int, replicas: int, shares: bool, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
@@ -231,7 +209,7 @@ async def run_one(
             metrics_before: list[dict[str, float]] = [{} for _ in range(replicas)]
             cpu_before = {name: cpu_seconds(pid) for name, pid in processes().items()}
             start_schedulers()
-            ready = await asyncio.gather(*(ready_at(s, timeout=600) for s in schedulers))
+            ready = await asyncio.gather(*(s.ready(timeout=600, poll=0.02) for s in schedulers))
             start = min(ready)
             for i, s in enumerate(schedulers):  # their start-up (imports, informer lists) aside
                 cpu_before[f"scheduler-{i}"] = cpu_seconds(s.proc.pid)
