@@ -86,12 +86,14 @@ class BoundWatch:
 
     def __init__(self) -> None:
         self.bound_at: dict[str, float] = {}
+        self.uids: dict[str, str] = {}
         self.changed = asyncio.Event()
 
     def on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = pod["metadata"]["name"]
         if (pod.get("spec") or {}).get("nodeName") and name not in self.bound_at:
             self.bound_at[name] = time.monotonic()
+            self.uids[name] = pod["metadata"]["uid"]
             self.changed.set()
 
     async def wait(self, names: list[str], timeout: float) -> bool:
@@ -262,6 +264,31 @@ async def run_one(
     row["elapsed_s"] = end - start
     row["pods_per_s"] = len(bound) / (end - start)
     per_second = Counter(max(int(t - start), 0) for t in bound)
+    ordered = sorted(bound)
+    tenths = Counter(max(int((t - start) * 10), 0) for t in bound)
+    row["bound_per_100ms"] = [tenths.get(i, 0) for i in range(int((end - start) * 10) + 1)]
+    if replicas > 1 and shares:  # by the replica whose share each pod is in
+        from gpusched.replicas import owner
+
+        identities = [f"perf-{nodes}-{replicas}-{shares}-{args.mode}-{i}" for i in range(replicas)]
+        row["bound_per_100ms_by_owner"] = []
+        for identity in identities:
+            mine = Counter(
+                max(int((t - start) * 10), 0)
+                for n, t in watch.bound_at.items()
+                if n in names and owner(f"pod/{watch.uids[n]}", identities) == identity
+            )
+            row["bound_per_100ms_by_owner"].append(
+                [mine.get(i, 0) for i in range(int((end - start) * 10) + 1)]
+            )
+    row["progress_s"] = (
+        {  # when each fraction of the pods was bound, from the start
+            f"{q}%": ordered[min(len(ordered) - 1, len(ordered) * q // 100)] - start
+            for q in (1, 10, 25, 50, 75, 90, 100)
+        }
+        if ordered
+        else {}
+    )
     row["throughput_samples"] = [per_second.get(i, 0) for i in range(int(end - start) + 1)]
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
     writes = {
@@ -335,7 +362,13 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     counts = [
         (int(x.split(":")[0]), not x.endswith(":no-shares")) for x in args.replicas.split(",")
     ]
-    with tempfile.TemporaryDirectory(prefix="two-replicas-") as tmp:
+    with contextlib.ExitStack() as stack:
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix="two-replicas-", dir=args.keep)
+            print(f"  logs in {tmp}", file=sys.stderr)
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="two-replicas-"))
         for nodes in [int(x) for x in args.nodes.split(",")]:
             if args.pods + (args.warmup if args.mode == "stream" else 0) > nodes * 8:
                 raise SystemExit(f"{nodes} nodes have {nodes * 8} GPUs: --warmup + --pods is more")
@@ -361,6 +394,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--profile-dir", type=Path, default=None, help="cProfile each scheduler here")
+    p.add_argument("--keep", type=Path, default=None, help="keep the processes' logs under here")
     args = p.parse_args()
     rows = asyncio.run(main_async(args))
     print_table(rows)

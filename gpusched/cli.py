@@ -173,13 +173,14 @@ def _sim(args: argparse.Namespace) -> int:
     raise UsageError(f"unknown command {args.sim_command}")
 
 
-async def _freeze_gc_when_ready(ready: asyncio.Event) -> None:
-    """Once the scheduler's informers have synced: a full collection, then ``gc.freeze()``.
+async def _freeze_gc_when_synced(synced: asyncio.Event) -> None:
+    """Once the scheduler's informers have synced (before it reports ready and schedules): a
+    full collection, then ``gc.freeze()``.
 
     Done by the commands only, never by library code: it affects the whole process (tests run
     many schedulers in one), and what is frozen stays out of every later collection.
     """
-    await ready.wait()
+    await synced.wait()
     # The initial list leaves the long-lived objects (every Node, Pod and inventory the
     # informers hold, the cache's node infos: tens of container objects each) in the oldest
     # generation, and every gen-2 collection walks all of them while the one thread that
@@ -379,7 +380,7 @@ async def _run_scheduler(args: argparse.Namespace, stop: asyncio.Event) -> int:
         work = asyncio.create_task(elector.run(scheduler.run), name="leader-election")
     else:
         work = asyncio.create_task(scheduler.run(), name="scheduler")
-    freeze = asyncio.create_task(_freeze_gc_when_ready(scheduler.ready), name="gc-freeze")
+    freeze = asyncio.create_task(_freeze_gc_when_synced(scheduler.synced), name="gc-freeze")
     stopping = asyncio.create_task(stop.wait(), name="wait-for-signal")
     try:
         await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -21,15 +21,22 @@ GPU pods per node, so it keeps the idea and changes the bookkeeping:
   device choice there).
 - With other active replicas (a ``gpusched.replicas.Share``), the class also ranks the feasible
   nodes of this replica's share apart, and the winner is the top of that ranking: the best node
-  of the share, or of all nodes when no node of the share fits. The share ranking is rebuilt
-  (O(n log n)) when the share changes, i.e. when replicas join or leave.
+  of the share, or of all nodes when no node of the share fits. Changed nodes of *other*
+  shares are only marked stale, and re-evaluated when no node of the share fits (or the share
+  changes): every pod another replica binds changes one of its nodes, which this replica would
+  otherwise re-evaluate in every class it holds. The share ranking is rebuilt (O(n log n)) when
+  the share changes, i.e. when replicas join or leave.
 
 Exactness. A class is used only while it gives what a full evaluation of every node would: the
 signature contract makes Filter and un-normalised Score functions of (signature, node info);
 normalised plugins (TaintToleration, preferred NodeAffinity) may sign only when equal raw
 scores normalise equal, and the class checks their raw scores *are* equal on every feasible
 node (one ``Counter`` per such plugin); when they are not, the class is abandoned and its pods
-take the ordinary path (and NodeAffinity declines pods with preferred terms up front).
+take the ordinary path (and NodeAffinity declines pods with preferred terms up front). A node
+of the share is chosen when the raw scores are equal on the feasible nodes *of the share*: the
+contract maps equal raw scores to equal normalised ones, whatever the other nodes score, so
+the share's ranking by the un-normalised total is what a full cycle over every node gives
+there, stale nodes of other shares or not.
 
 A class is built on a signature's *second* pod within the recently seen signatures, so a
 stream of unlike pods never pays for building rankings (O(nodes) each) it cannot reuse.
@@ -86,10 +93,12 @@ class _Class:
         "membership",
         "normalised",
         "own",
+        "own_normalised",
         "ranked",
         "raw",
         "rejected",
         "share",
+        "stale",
     )
 
     def __init__(self) -> None:
@@ -105,24 +114,51 @@ class _Class:
         self.share: Share | None = None
         self.own: SortedList | None = None
         """The entries of ``ranked`` in ``share`` (kept only while there is a share)."""
+        self.own_normalised: list[Counter[int]] = []
+        """``normalised`` over the feasible nodes of ``share`` only."""
+        self.stale: set[str] = set()
+        """Nodes of other shares changed since they were last evaluated (their entries, if
+        any, are out of date). Empty without a share."""
 
     def use_share(self, share: Share | None) -> None:
         """Rank the nodes of ``share`` apart from now on (``None``: stop). O(n log n) when the
-        share changed, else O(1)."""
+        share changed, else O(1). The caller re-evaluates ``stale`` nodes first."""
         if share is self.share:
             return
+        assert not self.stale
         self.share = share
-        self.own = (
-            SortedList(e for e in self.entries.values() if share.mine(e[2]))
-            if share is not None
-            else None
-        )
+        self.own = None
+        self.own_normalised = []
+        if share is not None:
+            self.own = SortedList(e for e in self.entries.values() if share.mine(e[2]))
+            if self.normalised:
+                self.own_normalised = [Counter() for _ in self.normalised]
+                for entry in self.own:
+                    self._count(self.own_normalised, self.raw[entry[2]], 1)
 
-    def add(self, entry: _Entry) -> None:
-        self.entries[entry[2]] = entry
+    def mine(self, name: str) -> bool:
+        return self.share is None or self.share.mine(name)
+
+    @staticmethod
+    def _count(counters: list[Counter[int]], raw: tuple[int, ...], by: int) -> None:
+        for counter, value in zip(counters, raw, strict=True):
+            counter[value] += by
+            if not counter[value]:
+                del counter[value]
+
+    def add(self, entry: _Entry, raw: tuple[int, ...]) -> None:
+        name = entry[2]
+        self.entries[name] = entry
         self.ranked.add(entry)
-        if self.own is not None and self.share is not None and self.share.mine(entry[2]):
+        self.raw[name] = raw
+        if not self.normalised and raw:
+            self.normalised = [Counter() for _ in raw]
+            if self.own is not None:
+                self.own_normalised = [Counter() for _ in raw]
+        self._count(self.normalised, raw, 1)
+        if self.own is not None and self.mine(name):
             self.own.add(entry)
+            self._count(self.own_normalised, raw, 1)
 
     def clear(self) -> None:
         self.entries.clear()
@@ -132,17 +168,18 @@ class _Class:
         self.rejected.clear()
         self.raw.clear()
         self.normalised.clear()
+        self.own_normalised.clear()
+        self.stale.clear()
 
     def drop(self, name: str) -> None:
         entry = self.entries.pop(name, None)
         if entry is not None:
             self.ranked.remove(entry)
-            if self.own is not None and self.share is not None and self.share.mine(name):
+            raw = self.raw.pop(name)
+            self._count(self.normalised, raw, -1)
+            if self.own is not None and self.mine(name):
                 self.own.remove(entry)
-            for counter, value in zip(self.normalised, self.raw.pop(name), strict=True):
-                counter[value] -= 1
-                if not counter[value]:
-                    del counter[value]
+                self._count(self.own_normalised, raw, -1)
         else:
             self.rejected.pop(name, None)
 
@@ -150,18 +187,27 @@ class _Class:
         """Whether every normalised plugin gave every feasible node the same raw score."""
         return all(len(counter) <= 1 for counter in self.normalised)
 
+    def own_uniform(self) -> bool:
+        """``uniform`` over the feasible nodes of the share."""
+        return all(len(counter) <= 1 for counter in self.own_normalised)
+
     def _check(self) -> None:
         assert len(self.ranked) == len(self.entries) == len(self.raw)
         assert not (self.entries.keys() & self.rejected.keys())
         for entry in self.ranked:
             assert self.entries[entry[2]] == entry
-        if self.share is None:
-            assert self.own is None
-        else:
-            assert self.own is not None
-            assert list(self.own) == [e for e in self.ranked if self.share.mine(e[2])]
         for i, counter in enumerate(self.normalised):
             assert counter == Counter(raw[i] for raw in self.raw.values())
+        if self.share is None:
+            assert self.own is None
+            assert not self.own_normalised
+            assert not self.stale
+            return
+        assert self.own is not None
+        assert list(self.own) == [e for e in self.ranked if self.share.mine(e[2])]
+        assert not any(self.share.mine(name) for name in self.stale)
+        for i, counter in enumerate(self.own_normalised):
+            assert counter == Counter(self.raw[e[2]][i] for e in self.own)
 
 
 class EquivalenceCache:
@@ -216,25 +262,40 @@ class EquivalenceCache:
         else:
             changed = snapshot.changed_since(cls.generation)
         cls.generation = snapshot.generation
+        if share is not cls.share and cls.stale:  # ownership moves: bring every node up to date
+            changed = self._with_stale(cls, snapshot, changed)
         cls.use_share(share)
-        changed = list(changed)
-        status = fw.run_pre_score(state, pod, changed)
-        if not status.is_success:
-            self._give_up(signature, snapshot)
-            return None
-        evaluated = 0
-        for node_info in changed:
-            evaluated += 1
-            failed = self._evaluate(cls, fw, state, pod, node_info)
-            if failed is not None:
+        if share is None:
+            due = list(changed)
+        else:
+            due = []
+            for node_info in changed:
+                if share.mine(node_info.name):
+                    due.append(node_info)
+                else:
+                    cls.stale.add(node_info.name)
+        evaluated = self._evaluate_all(cls, fw, state, pod, due, signature, snapshot)
+        if isinstance(evaluated, Placement) or evaluated is None:
+            return evaluated
+        if cls.own:  # a node of the share fits: the stale nodes of other shares can wait
+            if not cls.own_uniform():
                 self._give_up(signature, snapshot)
-                return Placement(None, status=failed, evaluated=evaluated)
-        if not cls.uniform():
-            self._give_up(signature, snapshot)
-            return None
-        if not cls.ranked:
-            return Placement(None, dict(cls.rejected), evaluated=evaluated)
-        best = (cls.own or cls.ranked)[0][2]
+                return None
+            best = cls.own[0][2]
+        else:
+            if cls.stale:
+                late = self._evaluate_all(
+                    cls, fw, state, pod, self._with_stale(cls, snapshot, ()), signature, snapshot
+                )
+                if isinstance(late, Placement) or late is None:
+                    return late
+                evaluated += late
+            if not cls.uniform():
+                self._give_up(signature, snapshot)
+                return None
+            if not cls.ranked:
+                return Placement(None, dict(cls.rejected), evaluated=evaluated)
+            best = cls.ranked[0][2]
         chosen = snapshot.get(best)
         check = fw.run_filter(state, pod, chosen) if chosen is not None else None
         if check is None or not check.is_success:
@@ -252,6 +313,45 @@ class EquivalenceCache:
         self.hits += 1
         return Placement(best, evaluated=evaluated, feasible=len(cls.ranked))
 
+    @staticmethod
+    def _with_stale(
+        klass: _Class, snapshot: Snapshot, changed: Iterable[NodeInfo]
+    ) -> list[NodeInfo]:
+        """``changed`` and the class's stale nodes (once each); ``stale`` is emptied."""
+        due = list(changed)
+        seen = {ni.name for ni in due}
+        for name in klass.stale - seen:
+            node_info = snapshot.get(name)
+            if node_info is not None:
+                due.append(node_info)
+        klass.stale.clear()
+        return due
+
+    def _evaluate_all(
+        self,
+        cls: _Class,
+        fw: Framework,
+        state: CycleState,
+        pod: Pod,
+        due: list[NodeInfo],
+        signature: Hashable,
+        snapshot: Snapshot,
+    ) -> int | Placement | None:
+        """PreScore and re-rank ``due``: how many were evaluated, or what ``place`` returns
+        when that fails (``None``: PreScore failed, the class is given up)."""
+        status = fw.run_pre_score(state, pod, due)
+        if not status.is_success:
+            self._give_up(signature, snapshot)
+            return None
+        evaluated = 0
+        for node_info in due:
+            evaluated += 1
+            failed = self._evaluate(cls, fw, state, pod, node_info)
+            if failed is not None:
+                self._give_up(signature, snapshot)
+                return Placement(None, status=failed, evaluated=evaluated)
+        return evaluated
+
     def _evaluate(
         self, cls: _Class, fw: Framework, state: CycleState, pod: Pod, node_info: NodeInfo
     ) -> Status | None:
@@ -265,12 +365,7 @@ class EquivalenceCache:
         total, raw, status = fw.score_node(state, pod, node_info)
         if not status.is_success:
             return status
-        cls.add((-total, self._rng.random(), name))
-        if not cls.normalised and raw:
-            cls.normalised = [Counter() for _ in raw]
-        cls.raw[name] = raw
-        for counter, value in zip(cls.normalised, raw, strict=True):
-            counter[value] += 1
+        cls.add((-total, self._rng.random(), name), raw)
         return None
 
     def _give_up(self, signature: Hashable, snapshot: Snapshot) -> None:

@@ -24,10 +24,15 @@ Layout::
       metadata.annotations gpusched.io/scheduler-names: <the profiles it serves, comma-separated>
       spec                 holderIdentity, renewTime, leaseDurationSeconds
 
-A replica writes its Lease once its informers have synced and renews it every
-``renew_period`` seconds; it deletes it on a clean stop. Another replica counts as live while
-``renewTime + leaseDurationSeconds + skew`` is in the future on its own clock, so a replica that
-died without deleting its Lease gives up its pods and nodes that long after its last renewal.
+A replica writes its Lease as soon as it starts, marked ``gpusched.io/syncing: "true"`` until
+its informers have synced, and renews it every ``renew_period`` seconds; it deletes it on a
+clean stop. Another replica counts as live while ``renewTime + leaseDurationSeconds + skew`` is
+in the future on its own clock, so a replica that died without deleting its Lease gives up its
+pods and nodes that long after its last renewal; a syncing one counts only until ``acquireTime
++ sync_grace + skew`` (its start), then not until it is ready. Announcing before the initial
+list (seconds at thousands of nodes) is what lets replicas started together split a backlog
+from the first pod: each sees the others' Leases before it schedules anything, instead of the
+first to sync scheduling every pod until the others' Leases reach it.
 Alone (one replica, or leader election: one active), every pod and node is the replica's own and
 the scheduler behaves exactly as without shares.
 
@@ -58,6 +63,7 @@ __all__ = [
     "MEMBER_LABEL",
     "MEMBER_PREFIX",
     "SCHEDULER_NAMES_ANNOTATION",
+    "SYNCING_ANNOTATION",
     "Member",
     "Membership",
     "Share",
@@ -70,6 +76,7 @@ log = logging.getLogger(__name__)
 MEMBER_LABEL = "gpusched.io/replica"
 MEMBER_PREFIX = "gpusched-replica-"
 SCHEDULER_NAMES_ANNOTATION = "gpusched.io/scheduler-names"
+SYNCING_ANNOTATION = "gpusched.io/syncing"
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -133,23 +140,51 @@ class Member:
     scheduler_names: frozenset[str]
     expires: float
     """``renewTime + leaseDurationSeconds``, unix seconds (no skew added)."""
+    syncing_until: float | None = None
+    """While the replica syncs (``SYNCING_ANNOTATION``): ``acquireTime`` (its start) plus the
+    reader's sync grace, unix seconds (no skew added); ``None`` once it is ready."""
 
     @classmethod
-    def from_lease(cls, obj: Mapping[str, Any]) -> Member | None:
-        """The member a Lease announces, or ``None`` for a Lease that is not a valid one."""
+    def from_lease(cls, obj: Mapping[str, Any], sync_grace: float = 0.0) -> Member | None:
+        """The member a Lease announces, or ``None`` for a Lease that is not a valid one. A
+        syncing Lease without a readable ``acquireTime`` counts as syncing since its renewal."""
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         identity = spec.get("holderIdentity")
-        names = (meta.get("annotations") or {}).get(SCHEDULER_NAMES_ANNOTATION, "")
+        annotations = meta.get("annotations") or {}
+        names = annotations.get(SCHEDULER_NAMES_ANNOTATION, "")
         try:
-            renewed = datetime.strptime(str(spec.get("renewTime")), _TIME_FORMAT)
+            renewed = _timestamp(spec.get("renewTime"))
             duration = float(spec["leaseDurationSeconds"])
         except (KeyError, TypeError, ValueError):
             return None
         if not identity:
             return None
-        expires = renewed.replace(tzinfo=UTC).timestamp() + duration
-        return cls(str(identity), frozenset(n for n in names.split(",") if n), expires)
+        syncing_until = None
+        if annotations.get(SYNCING_ANNOTATION) == "true":
+            try:
+                started = _timestamp(spec.get("acquireTime"))
+            except ValueError:
+                started = renewed
+            syncing_until = started + sync_grace
+        return cls(
+            str(identity),
+            frozenset(n for n in names.split(",") if n),
+            renewed + duration,
+            syncing_until,
+        )
+
+    def live_until(self, skew: float) -> float:
+        """Until when (unix seconds, on the reader's clock) it counts as live."""
+        until = self.expires
+        if self.syncing_until is not None:
+            until = min(until, self.syncing_until)
+        return until + skew
+
+
+def _timestamp(value: Any) -> float:
+    """A Lease ``MicroTime`` as unix seconds; ``ValueError`` when it is not one."""
+    return datetime.strptime(str(value), _TIME_FORMAT).replace(tzinfo=UTC).timestamp()
 
 
 class Membership:
@@ -160,8 +195,10 @@ class Membership:
     the live replicas serving that name (then everything is its own), else the current
     ``Share``. ``on_change`` is called (synchronously) whenever the live replicas, or the
     profiles they serve, change. ``skew`` is the clock-skew tolerance in seconds the scheduler
-    passes from ``reservations.maxClockSkewSeconds`` (one setting for both). Not thread-safe:
-    use it from the event loop.
+    passes from ``reservations.maxClockSkewSeconds`` (one setting for both). Run ``keep`` from
+    the replica's start with ``syncing`` true and call ``synced`` once its informers have
+    synced (``sync_grace``: how long others wait for a syncing replica). Not thread-safe: use
+    it from the event loop.
     """
 
     def __init__(
@@ -174,6 +211,7 @@ class Membership:
         lease_duration: int = 15,
         renew_period: float = 5.0,
         skew: float = 0.0,
+        sync_grace: float = 30.0,
         on_change: Callable[[], None] | None = None,
         on_write: Callable[[str, str], None] | None = None,
     ) -> None:
@@ -184,6 +222,12 @@ class Membership:
         self.lease_duration = lease_duration
         self.renew_period = renew_period
         self.skew = skew
+        self.sync_grace = sync_grace
+        self.syncing = False
+        """Whether this replica's Lease says it is still syncing (set before ``keep``)."""
+        self.started = clock.now()
+        """The Lease's ``acquireTime``: set when ``keep`` starts."""
+        self._renewing = asyncio.Lock()
         self.on_change = on_change
         self.on_write = on_write
         self.active = False
@@ -206,7 +250,7 @@ class Membership:
     def on_lease(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         """Informer handler for the membership Leases (label ``MEMBER_LABEL``)."""
         name = str((obj.get("metadata") or {}).get("name", ""))
-        member = Member.from_lease(obj) if kind != "DELETED" else None
+        member = Member.from_lease(obj, self.sync_grace) if kind != "DELETED" else None
         if member is not None and member.identity == self.identity:
             if self.active:
                 self.announced.set()  # every replica that announced earlier is known now
@@ -236,7 +280,7 @@ class Membership:
         live = set()
         next_expiry = float("inf")
         for name, member in self._members.items():
-            deadline = member.expires + self.skew
+            deadline = member.live_until(self.skew)
             if deadline > now:
                 live.add(name)
                 next_expiry = min(next_expiry, deadline)
@@ -289,6 +333,9 @@ class Membership:
     def lease_body(self) -> dict[str, Any]:
         """This replica's membership Lease as of now."""
         readable = self.lease_name[len(MEMBER_PREFIX) :][:63]
+        annotations = {SCHEDULER_NAMES_ANNOTATION: ",".join(sorted(self.scheduler_names))}
+        if self.syncing:
+            annotations[SYNCING_ANNOTATION] = "true"
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -296,11 +343,12 @@ class Membership:
                 "name": self.lease_name,
                 "namespace": self.namespace,
                 "labels": {MEMBER_LABEL: readable},
-                "annotations": {SCHEDULER_NAMES_ANNOTATION: ",".join(sorted(self.scheduler_names))},
+                "annotations": annotations,
             },
             "spec": {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": self.lease_duration,
+                "acquireTime": self.started.astimezone(UTC).strftime(_TIME_FORMAT),
                 "renewTime": self.clock.now().astimezone(UTC).strftime(_TIME_FORMAT),
             },
         }
@@ -313,12 +361,10 @@ class Membership:
         (best effort: otherwise the others wait for it to expire)."""
         self.active = True
         self._dirty = True
+        self.started = self.clock.now()
         try:
             while True:
-                try:
-                    await self._renew(kube)
-                except APIError as exc:
-                    log.warning("%s: renewing membership Lease: %s", self.identity, exc)
+                await self._renew_logged(kube)
                 self.refresh()
                 await self.clock.sleep(self.renew_period)
         finally:
@@ -327,6 +373,21 @@ class Membership:
             with contextlib.suppress(APIError, asyncio.TimeoutError):
                 await asyncio.wait_for(kube.delete(self._path(self.lease_name)), timeout=5)
                 self._wrote("delete")
+
+    async def synced(self, kube: Kube) -> None:
+        """This replica's informers have synced: say so in its Lease now, not at the next
+        renewal."""
+        if not self.syncing:
+            return
+        self.syncing = False
+        await self._renew_logged(kube)
+
+    async def _renew_logged(self, kube: Kube) -> None:
+        try:
+            async with self._renewing:
+                await self._renew(kube)
+        except APIError as exc:
+            log.warning("%s: renewing membership Lease: %s", self.identity, exc)
 
     async def _renew(self, kube: Kube) -> None:
         for _attempt in range(3):

@@ -306,6 +306,9 @@ class Scheduler:
         self._binding: dict[str, asyncio.Task[None]] = {}  # pod uid -> binding task
         self._bind_slots = asyncio.Semaphore(self.config.parallelism * 8)
         self._next_start = 0
+        self.synced = asyncio.Event()
+        """Set once the informers have synced, before ``ready`` (the commands collect and
+        freeze the garbage collector's heap then, so the pause falls before the first cycle)."""
         self.ready = asyncio.Event()
         self.scheduled = 0
         self.failed_binds = 0
@@ -318,6 +321,7 @@ class Scheduler:
             lease_duration=self.config.replicas.lease_duration_seconds,
             renew_period=self.config.replicas.renew_period_seconds,
             skew=res.max_clock_skew_seconds,
+            sync_grace=self.config.replicas.sync_grace_seconds,
             on_change=self._on_shares_changed,
             on_write=self.metrics.api_write,
         )
@@ -399,7 +403,10 @@ class Scheduler:
 
     def _on_shares_changed(self) -> None:
         """The live replicas changed: queue the pending pods that are now this replica's (those
-        of a replica that left; see ``schedule_one``). O(pods in the informer)."""
+        of a replica that left; see ``schedule_one``). O(pods in the informer). Nothing while
+        the informers sync: the pods are queued as they are listed."""
+        if not self.synced.is_set():
+            return
         self.book.recount()  # reservations on nodes that are ours now
         for pod in self.pods.items.values():
             spec = pod.get("spec") or {}
@@ -535,14 +542,19 @@ class Scheduler:
         ]
         tasks.append(asyncio.create_task(self.events.run(), name="event-recorder"))
         try:
+            if self.config.replicas.shares:  # announced now, syncing; deleted when cancelled
+                self.membership.syncing = True
+                tasks.append(
+                    asyncio.create_task(self.membership.keep(self.kube), name="replica-membership")
+                )
             for inf in self.informers:
                 await inf.synced.wait()
             log.info("%s: informers synced; scheduling", self.identity)
             self.book.pods_listed(listed_from)
-            if self.config.replicas.shares:  # deletes its membership Lease when cancelled
-                tasks.append(
-                    asyncio.create_task(self.membership.keep(self.kube), name="replica-membership")
-                )
+            self.synced.set()
+            await asyncio.sleep(0)  # what waits for ``synced`` runs before the first cycle
+            if self.config.replicas.shares:
+                await self.membership.synced(self.kube)
                 await self._announced()
             self.ready.set()
             tasks.append(asyncio.create_task(self.queue.run(), name="queue-flush"))
@@ -567,10 +579,12 @@ class Scheduler:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _announced(self, timeout: float = 5.0) -> None:
-        """Wait until the informer shows this replica's own membership Lease: by then it has
-        shown every replica that announced itself earlier (a watch delivers in write order), so
-        two replicas started together split the backlog from the first pod instead of both
-        scheduling it until each sees the other. Bounded: shares are for speed, not safety."""
+        """Wait until the informer shows this replica's own membership Lease (written at the
+        start, so usually seen while the informers synced): by then it has shown every replica
+        that announced itself earlier (a watch delivers in write order), and one that announced
+        later has seen ours, so replicas started together split the backlog from the first pod
+        instead of each scheduling it until it sees the others. Bounded: shares are for speed,
+        not safety."""
         try:
             await asyncio.wait_for(self.membership.announced.wait(), timeout)
         except TimeoutError:

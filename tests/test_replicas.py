@@ -4,6 +4,7 @@ membership Leases on a fake clock, and the Lease kept on the simulated cluster."
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections import Counter
 from typing import Any
@@ -15,6 +16,7 @@ from gpusched.kube.client import Kube, resource_path
 from gpusched.replicas import (
     MEMBER_LABEL,
     MEMBER_PREFIX,
+    SYNCING_ANNOTATION,
     Member,
     Membership,
     Share,
@@ -39,10 +41,15 @@ def members(m: Membership, name: str = "gpusched") -> tuple[str, ...]:
 
 
 def lease_of(
-    clock: FakeClock, identity: str, names: tuple[str, ...] = ("gpusched",), duration: int = 15
+    clock: FakeClock,
+    identity: str,
+    names: tuple[str, ...] = ("gpusched",),
+    duration: int = 15,
+    syncing: bool = False,
 ) -> dict[str, Any]:
-    """The membership Lease ``identity`` would write now on ``clock``."""
+    """The membership Lease ``identity`` would write now on ``clock`` (started now)."""
     other = Membership(identity, names, clock, namespace="gpusched-system", lease_duration=duration)
+    other.syncing = syncing
     return other.lease_body()
 
 
@@ -178,6 +185,45 @@ def test_invalid_membership_lease_is_ignored() -> None:
     assert Member.from_lease(bad) is None
     m.on_lease("ADDED", bad, None)
     assert m.share("gpusched") is None
+
+
+async def test_a_syncing_replica_counts_for_the_sync_grace_from_its_start() -> None:
+    """A replica announces itself before its informers sync: the others leave its share to it
+    from then on, for at most ``sync_grace`` (plus skew) from its start; one still syncing
+    after that is left out until its Lease says it is ready."""
+    clock = FakeClock()
+    m = membership(clock, skew=1.0, sync_grace=30.0)
+    b = lease_of(clock, "b", syncing=True)
+    assert b["metadata"]["annotations"][SYNCING_ANNOTATION] == "true"
+    assert b["spec"]["acquireTime"] == b["spec"]["renewTime"]
+    m.on_lease("ADDED", b, None)
+    assert members(m) == ("a", "b")
+    renewed = b
+    for _ in range(3):  # b renews while it still syncs: its start is what counts
+        await clock.advance(10.0)
+        old, renewed = renewed, copy.deepcopy(renewed)
+        renewed["spec"]["renewTime"] = lease_of(clock, "b")["spec"]["renewTime"]
+        m.on_lease("MODIFIED", renewed, old)
+    await clock.advance(0.9)
+    assert members(m) == ("a", "b")
+    await clock.advance(0.2)  # 31.1 s after its start: no longer waited for
+    assert members(m) == ()
+    m._check()
+    ready = lease_of(clock, "b")  # it has synced
+    assert SYNCING_ANNOTATION not in ready["metadata"]["annotations"]
+    m.on_lease("MODIFIED", ready, renewed)
+    assert members(m) == ("a", "b")
+    m._check()
+
+
+def test_a_syncing_lease_without_a_start_counts_from_its_renewal() -> None:
+    clock = FakeClock()
+    b = lease_of(clock, "b", syncing=True)
+    del b["spec"]["acquireTime"]
+    member = Member.from_lease(b, sync_grace=5.0)
+    assert member is not None
+    assert member.syncing_until == clock.now().timestamp() + 5.0
+    assert member.live_until(skew=1.0) == clock.now().timestamp() + 6.0
 
 
 # ------------------------------------------------------------------ the Lease, on the simulation

@@ -484,6 +484,12 @@ class Replicas(_Model):
     """Seconds between renewals of the membership Lease; less than leaseDurationSeconds.
     Default 5."""
 
+    sync_grace_seconds: float = Field(default=30.0, ge=0)
+    """A replica announces itself as soon as it starts, before its informers have synced; the
+    others leave its share to it for at most this long from its start (its Lease's
+    ``acquireTime``) while it syncs, so replicas started together split a backlog from the
+    first pod. One that is still syncing after that is left out until it is ready. Default 30."""
+
     @model_validator(mode="after")
     def _check_timing(self) -> Self:
         if self.renew_period_seconds >= self.lease_duration_seconds:

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 import yarl
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
@@ -150,7 +151,7 @@ class Kube:
             response.release()
         if not 200 <= response.status < 300:
             raise from_response(response.status, data, response.headers)
-        return json.loads(data) if data else None
+        return orjson.loads(data) if data else None
 
     async def get(self, path: str, query: Query | None = None) -> Any:
         return await self.request("GET", path, query)
@@ -191,7 +192,7 @@ class Kube:
                     ) from exc
                 if not line:
                     return
-                event = json.loads(line)
+                event = orjson.loads(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     raise from_response(int(status.get("code", 500)), json.dumps(status))

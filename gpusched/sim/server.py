@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import secrets
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import yaml
 from aiohttp import web
 from multidict import MultiDict
@@ -576,7 +576,7 @@ async def _read_body(request: web.Request) -> Any:
                     "code": 415,
                 }
             )
-        return json.loads(raw) if raw else None
+        return orjson.loads(raw) if raw else None
     except (ValueError, yaml.YAMLError) as exc:
         raise errors.bad_request(f"the body of the request could not be decoded: {exc}") from None
 
@@ -586,7 +586,7 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     if raw:
         try:
-            body = json.loads(raw)
+            body = orjson.loads(raw)
         except ValueError as exc:
             raise errors.bad_request(
                 f"the body of the request could not be decoded: {exc}"

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from sortedcontainers import SortedDict
 
 from gpusched.sim.selectors import FieldSelector, LabelSelector
@@ -52,11 +53,10 @@ __all__ = [
 WATCHER_BUFFER = 10_000
 """Events a watcher may have buffered before it is terminated as too slow."""
 
-_json_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
 
 def dumps(obj: Any) -> bytes:
-    return _json_encoder.encode(obj).encode()
+    """Compact UTF-8 JSON, as kube-apiserver writes it."""
+    return orjson.dumps(obj)
 
 
 class Entry:
@@ -80,7 +80,7 @@ class Entry:
 
     def copy(self) -> dict[str, Any]:
         """A deep, mutable copy (decoding the JSON is faster than ``copy.deepcopy``)."""
-        result: dict[str, Any] = json.loads(self.raw)
+        result: dict[str, Any] = orjson.loads(self.raw)
         return result
 
 
