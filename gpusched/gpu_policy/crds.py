@@ -65,8 +65,15 @@ class CRDKind:
         return f"{self.crd_name}.yaml"
 
 
-def _column(name: str, type_: str, path: str, description: str, priority: int = 0) -> dict[str, Any]:
-    col: dict[str, Any] = {"name": name, "type": type_, "description": description, "jsonPath": path}
+def _column(
+    name: str, type_: str, path: str, description: str, priority: int = 0
+) -> dict[str, Any]:
+    col: dict[str, Any] = {
+        "name": name,
+        "type": type_,
+        "description": description,
+        "jsonPath": path,
+    }
     if priority:
         col["priority"] = priority
     return col
@@ -206,7 +213,7 @@ def structural_schema(schema: dict[str, Any], defs: dict[str, Any] | None = None
 def _order(schema: dict[str, Any]) -> dict[str, Any]:
     """Keys in the order people write them: type and description first."""
     first = [k for k in ("type", "description", "required") if k in schema]
-    out = {k: schema[k] for k in first}
+    out: dict[str, Any] = {k: schema[k] for k in first}
     for k, v in schema.items():
         if k in out:
             continue

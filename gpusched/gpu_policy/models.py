@@ -216,7 +216,9 @@ class Condition(_Model):
     """``metadata.generation`` the condition was computed from."""
     last_transition_time: str = Field(min_length=1, json_schema_extra={"format": "date-time"})
     """RFC 3339 time the status last changed."""
-    reason: str = Field(max_length=1024, min_length=1, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    reason: str = Field(
+        max_length=1024, min_length=1, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+    )
     """One CamelCase word for machines, e.g. Overridden."""
     message: str = Field(default="", max_length=32768)
     """What happened, for people; for Overridden, which policy won which field on which nodes."""
@@ -355,9 +357,7 @@ class _Limits(_Model):
     """Most pods on one GPU (HAMi's ``deviceSplitCount``). Default: 10."""
     max_clients_per_node: int | None = Field(default=None, ge=1)
     """Most GPU pods on the node, all its GPUs together. Default: no limit."""
-    vram_overcommit_percent: OvercommitPercent = Field(
-        default=None, alias="vramOvercommitPercent"
-    )
+    vram_overcommit_percent: OvercommitPercent = Field(default=None, alias="vramOvercommitPercent")
     """Percent of each GPU's physical VRAM that may be promised to pods: 100 = none,
     150 = 1.5x. Default: 100."""
 
