@@ -44,7 +44,13 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from gpusched.inventory import API_GROUP, MIG_PROFILE_PATTERN, VERSION, validation_problems
+from gpusched.inventory import (
+    API_GROUP,
+    MIG_PROFILE_PATTERN,
+    VERSION,
+    FrozenList,
+    validation_problems,
+)
 
 __all__ = [
     "API_GROUP",
@@ -131,7 +137,7 @@ def _check_labels(labels: dict[str, str]) -> dict[str, str]:
     return labels
 
 
-LabelMap = Annotated[dict[str, str], AfterValidator(_check_labels)]
+_LabelMap = Annotated[dict[str, str], AfterValidator(_check_labels)]
 
 
 class LabelSelectorRequirement(_Model):
@@ -142,7 +148,7 @@ class LabelSelectorRequirement(_Model):
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     """``In``/``NotIn`` test the value against ``values``; ``Exists``/``DoesNotExist`` only
     the key's presence."""
-    values: tuple[str, ...] = Field(default=(), max_length=256)
+    values: FrozenList[str] = Field(default=(), max_length=256)
     """Values for ``In``/``NotIn`` (at least one); must be empty for ``Exists`` and
     ``DoesNotExist``. Default: empty."""
 
@@ -174,9 +180,9 @@ class LabelSelector(_Model):
     """Kubernetes' ``metav1.LabelSelector``: every label of ``matchLabels`` and every term of
     ``matchExpressions`` must hold. The empty selector matches every node."""
 
-    match_labels: LabelMap = Field(default_factory=dict)
+    match_labels: _LabelMap = Field(default_factory=dict)
     """Labels the node must carry with exactly these values. Default: none."""
-    match_expressions: tuple[LabelSelectorRequirement, ...] = Field(default=(), max_length=64)
+    match_expressions: FrozenList[LabelSelectorRequirement] = Field(default=(), max_length=64)
     """Terms the node's labels must satisfy, all of them. Default: none."""
 
     @property
@@ -229,6 +235,21 @@ _CONDITIONS_LIST: Final[dict[str, Any]] = {
     "x-kubernetes-list-map-keys": ["type"],
 }
 
+
+def _check_profile(profile: str) -> str:
+    if not _MIG_PROFILE_RE.match(profile):
+        raise ValueError(
+            f"{profile!r} is not a MIG profile; write it as nvidia-smi names it, e.g. 1g.10gb, "
+            "2g.20gb or 1g.18gb (the names differ per product)"
+        )
+    return profile
+
+
+_MIG_PROFILE_RE: Final = re.compile(MIG_PROFILE_PATTERN)
+_MIGProfile = Annotated[
+    str, Field(json_schema_extra={"pattern": MIG_PROFILE_PATTERN}), AfterValidator(_check_profile)
+]
+
 # --- GPUClass ------------------------------------------------------------------------------
 
 SharingMode = Literal["shared", "exclusive"]
@@ -264,14 +285,12 @@ class GPUClassSpec(_Model):
     node_selector: LabelSelector = Field(default_factory=LabelSelector)
     """Labels of the nodes whose GPUs may belong to the class, e.g. GPU feature discovery's
     ``nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3``. Default: every node."""
-    products: tuple[str, ...] = Field(default=(), max_length=64)
+    products: FrozenList[str] = Field(default=(), max_length=64)
     """GPU product names as NVML reports them (the inventory's ``product``, e.g.
     ``NVIDIA H100 80GB HBM3``); a GPU matches one of them. Default: any product."""
     min_vram_mib: int | None = Field(default=None, ge=1, alias="minVramMiB")
     """Least memory, in MiB, of each GPU (of each MIG device for a MIG class). Default: none."""
-    mig_profiles: tuple[Annotated[str, Field(pattern=MIG_PROFILE_PATTERN)], ...] = Field(
-        default=(), max_length=32, alias="migProfiles"
-    )
+    mig_profiles: FrozenList[_MIGProfile] = Field(default=(), max_length=32, alias="migProfiles")
     """MIG profiles the class means (e.g. ``1g.10gb``, ``2g.20gb``): its GPUs are MIG-enabled
     GPUs with a device of one of them. Default: empty, the class means whole GPUs with MIG
     off. Profile names are per product (an H200 has 1g.18gb, not 1g.10gb)."""
@@ -297,7 +316,7 @@ class GPUClassStatus(_Model):
     """Nodes with at least one GPU of the class."""
     matching_gpus: int | None = Field(default=None, ge=0, alias="matchingGPUs")
     """GPUs (or MIG devices, for a MIG class) of the class in the cluster."""
-    conditions: tuple[Condition, ...] = Field(
+    conditions: FrozenList[Condition] = Field(
         default=(), max_length=16, json_schema_extra=_CONDITIONS_LIST
     )
     """``Matched``: whether any node has a GPU of the class."""
@@ -337,7 +356,7 @@ def _check_overcommit(value: int | None) -> int | None:
 
 # The bounds are the validator's (its message says what to write) and the schema's, so the
 # API server rejects the same values at ``kubectl apply``.
-OvercommitPercent = Annotated[
+_OvercommitPercent = Annotated[
     int | None,
     Field(json_schema_extra={"minimum": 100, "maximum": MAX_OVERCOMMIT_PERCENT}),
     AfterValidator(_check_overcommit),
@@ -357,7 +376,7 @@ class _Limits(_Model):
     """Most pods on one GPU (HAMi's ``deviceSplitCount``). Default: 10."""
     max_clients_per_node: int | None = Field(default=None, ge=1)
     """Most GPU pods on the node, all its GPUs together. Default: no limit."""
-    vram_overcommit_percent: OvercommitPercent = Field(default=None, alias="vramOvercommitPercent")
+    vram_overcommit_percent: _OvercommitPercent = Field(default=None, alias="vramOvercommitPercent")
     """Percent of each GPU's physical VRAM that may be promised to pods: 100 = none,
     150 = 1.5x. Default: 100."""
 
@@ -380,7 +399,7 @@ class PolicyStatus(_Model):
     """``metadata.generation`` the status was computed from."""
     matching_nodes: int | None = Field(default=None, ge=0)
     """Nodes the policy governs: that its selector matches (a cluster policy: all nodes)."""
-    conditions: tuple[Condition, ...] = Field(
+    conditions: FrozenList[Condition] = Field(
         default=(), max_length=16, json_schema_extra=_CONDITIONS_LIST
     )
     """``Applied``: it decides a field on some node; ``Overridden``: another policy wins a
