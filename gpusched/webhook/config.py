@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -125,7 +126,7 @@ def webhook_manifests(config: WebhookConfig | None = None) -> list[dict[str, Any
     if config.visible_devices_for_device_plugin_pods:
         command.append("--visible-devices-for-device-plugin-pods")
     probe = {"httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"}}
-    return [
+    docs = [
         {
             "apiVersion": "v1",
             "kind": "Service",
@@ -182,3 +183,6 @@ def webhook_manifests(config: WebhookConfig | None = None) -> list[dict[str, Any
             "webhooks": [_webhook(config, "validate.webhook.gpusched.io", "/validate", False)],
         },
     ]
+    # A JSON round trip: no dict shared between documents (YAML would print them as anchors).
+    manifests: list[dict[str, Any]] = orjson.loads(orjson.dumps(docs))
+    return manifests
