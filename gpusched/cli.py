@@ -339,9 +339,11 @@ def _webhook(args: argparse.Namespace) -> int:
         failure_policy=args.failure_policy,
         scheduler_names=tuple(args.scheduler_name or ("gpusched",)),
         visible_devices_for_device_plugin_pods=args.visible_devices_for_device_plugin_pods,
-        port=args.port,
     )
     if args.print_manifests:
+        if not 0 < args.port < 65536:
+            raise UsageError(f"webhook: --port {args.port}: the manifests need a port 1-65535")
+        config = config.model_copy(update={"port": args.port})
         print(yaml.safe_dump_all(webhook_manifests(config), sort_keys=False), end="")
         return 0
     if not args.cert or not args.key:

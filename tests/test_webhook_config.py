@@ -3,14 +3,21 @@ failurePolicy reaches both configurations, and the ``gpusched webhook`` command'
 
 from __future__ import annotations
 
+import asyncio
+import re
+import signal
+import ssl
+import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pydantic
 import pytest
 import yaml
 
 from gpusched.cli import main
+from gpusched.sim.tls import make_serving_certs
 from gpusched.webhook import WebhookConfig, webhook_manifests
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "webhook.yaml"
@@ -73,6 +80,7 @@ def test_print_manifests(capsys: pytest.CaptureFixture[str]) -> None:
     [
         (["webhook"], "--cert and --key are required"),
         (["webhook", "--cert", "/nonexistent.crt", "--key", "/nonexistent.key"], "cannot load"),
+        (["webhook", "--print-manifests", "--port", "0"], "need a port 1-65535"),
     ],
 )
 def test_webhook_command_errors_say_what_to_fix(
@@ -80,3 +88,33 @@ def test_webhook_command_errors_say_what_to_fix(
 ) -> None:
     assert main(argv) == 2
     assert expected in capsys.readouterr().err
+
+
+async def test_the_command_serves_https_and_stops_on_sigterm(tmp_path: Path) -> None:
+    certs = make_serving_certs(directory=tmp_path)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gpusched", "webhook",
+        "--cert", str(tmp_path / "tls.crt"), "--key", str(tmp_path / "tls.key"),
+        "--host", "127.0.0.1", "--port", "0", "--failure-policy", "Fail",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), timeout=30)).decode()
+        assert "failurePolicy Fail" in line, line
+        url = re.search(r"https://\S+", line)
+        assert url is not None
+        ctx = ssl.create_default_context(cafile=str(certs.ca_file))
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as session,
+            session.get(url.group(0) + "/healthz") as resp,
+        ):
+            assert resp.status == 200
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), timeout=30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
