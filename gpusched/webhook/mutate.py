@@ -8,7 +8,10 @@ fine: the kubelet resolves ``fieldRef`` values when it starts a container
 ``fieldpath.ExtractFieldPathAsString``, which reads ``metadata.annotations[key]`` from the pod
 it was given). A kubelet is only given pods bound to its node, and the Binding sets the
 annotations in the same write as ``spec.nodeName``, so they are there when any container
-(init or app) starts. A missing key reads as ``""``, never an error.
+(init or app) starts. A missing key reads as ``""``, never an error, and an empty
+``CUDA_VISIBLE_DEVICES`` shows no GPU at all (CUDA Programming Guide, "CUDA Environment
+Variables"): a container that somehow starts without an assignment sees nothing rather than
+every GPU.
 
 Which variables depends on who gives the container its devices:
 
@@ -22,8 +25,9 @@ Which variables depends on who gives the container its devices:
   the same device inside and outside. ``GPUSCHED_VRAM_MIB`` carries the VRAM slice per GPU.
 - *device-plugin* pods (``nvidia.com/gpu``, ``nvidia.com/mig-*``): the node's device plugin
   chooses the devices and sets ``NVIDIA_VISIBLE_DEVICES`` itself (its Allocate response). An
-  explicit container variable would override it (the kubelet lists device-plugin variables
-  before the container's, and the runtime keeps the last), so the container would use
+  explicit container variable would override it (kubelet ``GenerateRunContainerOptions``
+  appends the container's variables after the device manager's, and the runtime keeps the
+  last of a name), so the container would use
   devices the kubelet's device manager counts as free. These pods get only
   ``GPUSCHED_GPU_IDS``/``GPUSCHED_GPU_UUIDS``, unless ``visible_devices_for_device_plugin_pods``
   says the node's device plugin honours gpusched's assignment.
