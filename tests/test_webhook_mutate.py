@@ -125,6 +125,18 @@ CASES: list[tuple[str, dict[str, Any], dict[tuple[str, int], list[str]], int]] =
         0,
     ),
     (
+        "env: null is replaced",
+        pod(container(limits=GPU, env=None)),
+        {("containers", 0): DEVICE_PLUGIN_VARS},
+        0,
+    ),
+    (
+        "a variable gpusched already set is not set twice nor warned about",
+        pod(container(limits=GPU, env=[annotation_env("GPUSCHED_GPU_IDS", GPU_IDS)])),
+        {("containers", 0): DEVICE_PLUGIN_VARS},
+        0,
+    ),
+    (
         "a user's own CUDA_VISIBLE_DEVICES is kept, with a warning",
         pod(container(limits=SHARED, env=[{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}])),
         {
