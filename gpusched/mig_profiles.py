@@ -16,9 +16,10 @@ product: A30-24GB, A100-SXM4-40GB (80GB: names scaled), H100 80GB, H100 94GB, H1
   slices (fraction of memory x 8, or x 4 on A30) and "Number of Instances Available" are the
   tables' columns;
 - placements (start slices) are what ``nvidia-smi mig -lgipp`` prints and NVML's
-  ``nvmlDeviceGetGpuInstancePossiblePlacements`` returns: a profile of ``s`` memory slices
-  starts on a multiple of ``s``; the 1-compute-slice profiles sit on slices 0..6 (slice 7 is
-  kept for the 7g profile), 2g on 0, 2, 4; ``1g.<2 slices>`` also on 6;
+  ``nvmlDeviceGetGpuInstancePossiblePlacements`` returns (NVIDIA's go-nvml mocks list the
+  same): a profile of ``s`` memory slices starts on a multiple of ``s``; on 8-slice GPUs
+  1-slice profiles start at 0..6 (never 7), 2g at 0, 2, 4, the 2-slice 1g at 0, 2, 4, 6,
+  3g at 0 or 4, 4g and 7g at 0; on the A30 (4 slices) 1g at 0..3, 2g at 0 or 2, 4g at 0;
 - ``memory_mib`` is what ``nvidia-smi mig -lgip`` reports (GiB x 1024), or, for products
   with no reading at hand, an estimate from the same table's fraction of memory; each
   product's comment below says which. Memory is informative: placement never depends on it.
