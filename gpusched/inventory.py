@@ -58,6 +58,10 @@ discovery and device plugin would set them with ``--mig-strategy=mixed``:
 
 Parsing a stored object (:func:`inventory_from_object`) raises :class:`InventoryError`, a
 ``ValueError`` naming each bad field by its wire path (``spec.gpus[3].memoryMiB: ...``).
+MIG devices are checked against NVIDIA's table for the GPU's product
+(:mod:`gpusched.mig_profiles`): a profile the product does not have (``1g.10gb`` on an H200),
+a placement the profile cannot take, or more instances or compute slices than the GPU allows
+is an error. A product with no table (newer than the table) is taken as reported.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+
+from gpusched.mig_profiles import gpu_instance_profile, layout_problems, product_table
 
 __all__ = [
     "API_GROUP",
@@ -303,7 +309,40 @@ class GPUDevice(_Model):
                     f"migDevices: GPU instances {x.gpu_instance_id} and {y.gpu_instance_id} "
                     "have overlapping placements"
                 )
+        self._check_mig_profiles(by_instance)
         return self
+
+    def _check_mig_profiles(self, by_instance: dict[int, MIGDevice]) -> None:
+        """Profiles and placements against NVIDIA's table for this product
+        (:mod:`gpusched.mig_profiles`); a product without a table is not checked."""
+        table = product_table(self.product)
+        if table is None:
+            return
+        fix = (
+            "the node agent must report the profile names NVML gives "
+            "(nvidia-smi mig -lgi), or gpus[].product is wrong"
+        )
+        for i, dev in enumerate(self.mig_devices):
+            name = gpu_instance_profile(dev.profile)
+            found = table.profiles.get(name)
+            if found is None:
+                raise ValueError(
+                    f"migDevices[{i}].profile: {self.product} ({table.family}) has no MIG "
+                    f"profile {name!r}; its profiles are {', '.join(table.profiles)}; {fix}"
+                )
+            if dev.placement_size != found.memory_slices or dev.placement_start not in found.starts:
+                starts = ", ".join(map(str, found.starts))
+                raise ValueError(
+                    f"migDevices[{i}]: on {self.product} a {found.name} spans "
+                    f"{found.memory_slices} memory slices starting at {starts}; "
+                    f"got {dev.placement_start}+{dev.placement_size}; {fix}"
+                )
+        instances = [
+            (gpu_instance_profile(dev.profile), dev.placement_start) for dev in by_instance.values()
+        ]
+        problems = layout_problems(self.product, instances)
+        if problems:
+            raise ValueError(f"migDevices: {'; '.join(problems)}; {fix}")
 
 
 class GPULink(_Model):

@@ -72,6 +72,7 @@ def test_the_promised_clusters_are_shipped() -> None:
         "dgx-h100-500",
         "dgx-h100-5000",
         "dgx-v100",
+        "mig-h200",
         "mig-medium",
         "mig-small",
         "mixed",

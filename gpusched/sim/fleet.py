@@ -31,12 +31,13 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final, Literal
 
 import yaml
@@ -49,6 +50,7 @@ from gpusched.inventory import (
     API_GROUP,
     CRD_NAME,
     GFD_LABEL_PREFIX,
+    MIG_MEMORY_SLICES,
     PLURAL,
     VERSION,
     FrozenList,
@@ -62,6 +64,7 @@ from gpusched.inventory import (
     node_labels,
     validation_problems,
 )
+from gpusched.mig_profiles import MIG_PRODUCTS, MIGProfile, place, product_table
 from gpusched.sim.kubelet import SIMULATED_NODE_LABEL
 
 __all__ = [
@@ -113,133 +116,49 @@ NUMA node, ``SYS`` across.
 """
 _NVLINK_DEFAULTS: Final = {"nvswitch": 18, "bridged-pairs": 4}
 
-# --- MIG profile tables ------------------------------------------------------------------
+# --- MIG placement -------------------------------------------------------------------------
+# The tables live in gpusched.mig_profiles (NVIDIA's per-product tables); here a layout
+# becomes the GPU instances a simulated node reports.
 
-
-@dataclass(frozen=True, slots=True)
-class MIGProfile:
-    """A GPU instance profile: its memory and where NVML lets it be placed.
-
-    ``size`` and ``starts`` are in memory slices (8 per GPU), as ``nvidia-smi mig -lgipp``
-    prints them (``{0,4}:4`` for a 3g profile); ``memory_mib`` is what ``-lgip`` reports.
-    """
-
-    name: str
-    memory_mib: int
-    size: int
-    starts: tuple[int, ...]
-
-    @property
-    def compute_slices(self) -> int:
-        """Compute slices (of 7), the ``N`` of ``Ng``."""
-        return int(self.name.split("g.", 1)[0])
-
-
-def _profiles(*profiles: MIGProfile) -> dict[str, MIGProfile]:
-    return {p.name: p for p in profiles}
-
-
-# H100 80GB (SXM "HBM3" and PCIe): nvidia-smi mig -lgip reports 9.75 / 19.62 / 39.50 / 79.25
-# GiB; -lgipp gives {0..6}:1, 1g.20gb {0,2,4,6}:2, 2g {0,2,4}:2, 3g {0,4}:4, 4g {0}:4, 7g {0}:8.
-_H100_80GB: Final = _profiles(
-    MIGProfile("1g.10gb", 9984, 1, (0, 1, 2, 3, 4, 5, 6)),
-    MIGProfile("1g.20gb", 20096, 2, (0, 2, 4, 6)),
-    MIGProfile("2g.20gb", 20096, 2, (0, 2, 4)),
-    MIGProfile("3g.40gb", 40448, 4, (0, 4)),
-    MIGProfile("4g.40gb", 40448, 4, (0,)),
-    MIGProfile("7g.80gb", 81152, 8, (0,)),
+MIG_PROFILES: Final[Mapping[str, Mapping[str, MIGProfile]]] = MappingProxyType(
+    {name: product.profiles for name, product in MIG_PRODUCTS.items()}
 )
-# A100 80GB: -lgip reports 9.50 / 19.50 / 39.25 / 79.00 GiB; placements as on H100.
-_A100_80GB: Final = _profiles(
-    MIGProfile("1g.10gb", 9728, 1, (0, 1, 2, 3, 4, 5, 6)),
-    MIGProfile("1g.20gb", 19968, 2, (0, 2, 4, 6)),
-    MIGProfile("2g.20gb", 19968, 2, (0, 2, 4)),
-    MIGProfile("3g.40gb", 40192, 4, (0, 4)),
-    MIGProfile("4g.40gb", 40192, 4, (0,)),
-    MIGProfile("7g.80gb", 80896, 8, (0,)),
-)
-
-MIG_PROFILES: Final[dict[str, dict[str, MIGProfile]]] = {
-    "NVIDIA H100 80GB HBM3": _H100_80GB,
-    "NVIDIA H100 PCIe": _H100_80GB,
-    "NVIDIA A100-SXM4-80GB": _A100_80GB,
-    "NVIDIA A100 80GB PCIe": _A100_80GB,
-}
-"""MIG profile tables by NVML product name, for the products the simulator can partition.
+"""MIG profiles by NVML product name, for the products the simulator can partition
+(:data:`gpusched.mig_profiles.MIG_PRODUCTS`).
 
 A layout (``gpu.mig``: profiles applied to every card) is placed as NVML places it, from the
 profile's starts and size; one that cannot be placed is a spec error. GPU instance ids follow
-the driver's heap numbering on A100/H100 (7g = 0; 4g/3g at 0 or 4 = 1, 2; 2g at 0, 2, 4, 6 =
-3..6; 1g at 0..6 = 7..13); the compute instance is 0.
+the driver's heap numbering (on 8 memory slices: 7g = 0; 4g/3g at 0 or 4 = 1, 2; 2-slice
+profiles at 0, 2, 4, 6 = 3..6; 1-slice at 0..6 = 7..13); the compute instance is 0.
 """
-
-_GI_LEVEL: Final = {8: 0, 4: 1, 2: 2, 1: 3}
 
 
 @dataclass(frozen=True, slots=True)
 class MIGPlacement:
-    """Where one profile of a layout landed on the GPU."""
+    """Where one profile of a layout landed on a GPU of ``gpu_slices`` memory slices."""
 
     profile: str
     memory_mib: int
     start: int
     size: int
+    gpu_slices: int = MIG_MEMORY_SLICES
 
     @property
     def gpu_instance_id(self) -> int:
         """The driver's heap-style GPU instance id for this placement."""
-        level = _GI_LEVEL[self.size]
+        level = (self.gpu_slices // self.size).bit_length() - 1
         return (1 << level) - 1 + self.start // self.size
 
 
 def place_mig(product: str, layout: Sequence[str]) -> tuple[MIGPlacement, ...]:
-    """Place ``layout`` (profile names) on one ``product`` GPU, in layout order.
-
-    Largest profiles first, lowest free start first, backtracking when a choice leaves no
-    room, so every layout NVML accepts is placed. Raises ``ValueError`` for an unknown
-    product or profile, more than 7 compute slices, or a layout that does not fit.
-    """
-    table = MIG_PROFILES.get(product)
-    if table is None:
-        raise ValueError(
-            f"no MIG profile table for product {product!r}; known: {', '.join(MIG_PROFILES)}"
-        )
-    profiles: list[MIGProfile] = []
-    for name in layout:
-        if name not in table:
-            raise ValueError(f"{product} has no MIG profile {name!r}; profiles: {', '.join(table)}")
-        profiles.append(table[name])
-    if sum(p.compute_slices for p in profiles) > 7:
-        raise ValueError(f"MIG layout {list(layout)} needs more than the GPU's 7 compute slices")
-    order = sorted(range(len(profiles)), key=lambda i: (-profiles[i].size, profiles[i].name))
-    used = [False] * 8
-    starts: list[int] = [-1] * len(profiles)
-
-    def search(k: int) -> bool:
-        if k == len(order):
-            return True
-        i = order[k]
-        profile = profiles[i]
-        # Identical profiles are interchangeable: take their starts in increasing order.
-        floor = starts[order[k - 1]] + 1 if k and profiles[order[k - 1]] == profile else 0
-        for start in profile.starts:
-            span = range(start, start + profile.size)
-            if start < floor or any(used[s] for s in span):
-                continue
-            for s in span:
-                used[s] = True
-            starts[i] = start
-            if search(k + 1):
-                return True
-            for s in span:
-                used[s] = False
-        return False
-
-    if not search(0):
-        raise ValueError(f"MIG layout {list(layout)} does not fit on one {product}")
+    """Place ``layout`` (profile names) on one ``product`` GPU, in layout order
+    (:func:`gpusched.mig_profiles.place`). Raises ``ValueError`` saying what does not fit."""
+    placed = place(product, layout)
+    table = product_table(product)
+    slices = table.memory_slices if table is not None else MIG_MEMORY_SLICES
     return tuple(
-        MIGPlacement(p.name, p.memory_mib, start, p.size)
-        for p, start in zip(profiles, starts, strict=True)
+        MIGPlacement(p.profile.name, p.profile.memory_mib, p.start, p.profile.size, slices)
+        for p in placed
     )
 
 

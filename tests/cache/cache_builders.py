@@ -20,12 +20,12 @@ from gpusched.inventory import (
     MIGDevice,
     node_extended_resources,
 )
+from gpusched.mig_profiles import place
 
 __all__ = ["PodBuilder", "make_inventory", "make_node", "make_pod"]
 
 H100 = "NVIDIA H100 80GB HBM3"
 H100_MIB = 81559
-_SLICES = {1: 1, 2: 2, 3: 4, 4: 4, 7: 8}
 
 
 def _uuid(prefix: str, *parts: object) -> str:
@@ -41,13 +41,14 @@ def make_inventory(
     mig: Mapping[int, Sequence[tuple[str, int]]] | None = None,
 ) -> GPUNodeInventory:
     """``count`` GPUs, all NVLinked; ``mig`` maps a GPU index to its MIG devices as
-    (profile, memory MiB), placed one after another."""
+    (profile, memory MiB), placed where NVML would place them (:func:`mig_profiles.place`)."""
     gpus = []
     for index in range(count):
         devices = []
-        start = 0
-        for position, (profile, mib) in enumerate((mig or {}).get(index, ())):
-            size = _SLICES[int(profile.split("g.")[0].split(".")[-1])]
+        layout = (mig or {}).get(index, ())
+        placed = place(product, [profile for profile, _ in layout]) if layout else ()
+        for position, ((profile, mib), where) in enumerate(zip(layout, placed, strict=True)):
+            start, size = where.start, where.profile.memory_slices
             devices.append(
                 MIGDevice(
                     uuid=_uuid("MIG", node, index, position),
@@ -59,7 +60,6 @@ def make_inventory(
                     placement_size=size,
                 )
             )
-            start += size
         gpus.append(
             GPUDevice(
                 index=index,

@@ -21,6 +21,7 @@ from gpusched.gpu_policy.resolve import (
     select_cluster_policy,
 )
 from gpusched.inventory import GPUDevice, MIGDevice
+from gpusched.mig_profiles import place
 
 
 def node_policy(name: str, match: dict[str, str] | None = None, **fields: Any) -> GPUNodePolicy:
@@ -234,6 +235,7 @@ A100 = "NVIDIA A100-SXM4-40GB"
 
 
 def gpu(index: int, product: str = H100, mib: int = 81559, mig: tuple[str, ...] = ()) -> GPUDevice:
+    placed = place(product, mig) if mig else ()  # where NVML would put them (validated)
     devices = tuple(
         MIGDevice(
             uuid=f"MIG-{index:08x}-0000-4000-8000-{i:012x}",
@@ -241,10 +243,10 @@ def gpu(index: int, product: str = H100, mib: int = 81559, mig: tuple[str, ...] 
             memory_mib=int(profile.split(".")[1].removesuffix("gb")) * 1000 - 16,
             gpu_instance_id=i,
             compute_instance_id=0,
-            placement_start=i,
-            placement_size=1,
+            placement_start=where.start,
+            placement_size=where.profile.memory_slices,
         )
-        for i, profile in enumerate(mig)
+        for i, (profile, where) in enumerate(zip(mig, placed, strict=True))
     )
     return GPUDevice(
         index=index,
