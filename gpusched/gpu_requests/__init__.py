@@ -98,6 +98,8 @@ _WHAT: Final = {
     "priority": "priorities",
 }
 _DEFAULTS: Final = {"exclusive": False, "swap_from_vram": False, "priority": 0}
+_ALTERNATIVE: Final = {"vram_mib": "vram_fraction", "vram_fraction": "vram_mib"}
+"""A default of one of these is not applied when the pod states the other."""
 _NEEDS_GPU: Final = ("vram_mib", "vram_fraction", "cores_percent", "gpu_ids", "mig_fallbacks")
 
 
@@ -143,7 +145,8 @@ def read_gpu_request(pod: Mapping[str, Any]) -> GPURequest | None:
     values = {name: given.value for name, given in merged.items()}
     for partial in (primary, *partials):
         for name, value in partial.defaults.items():
-            values.setdefault(name, value)
+            if _ALTERNATIVE.get(name) not in values:
+                values.setdefault(name, value)
     for name, value in _DEFAULTS.items():
         values.setdefault(name, value)
     _check(values, merged, primary.source)

@@ -253,7 +253,7 @@ def parse_profile(name: str, text: str) -> str:
     profile = text.strip()
     if not _MIG_PROFILE.match(profile):
         raise RequestError(
-            f'{_origin(name, profile)} is not a MIG profile name; write it as the '
+            f"{_origin(name, profile)} is not a MIG profile name; write it as the "
             'NVIDIA device plugin names it, e.g. "1g.10gb" or "3g.40gb"'
         )
     return profile

@@ -44,6 +44,8 @@ __all__ = [
     "RESOURCE_VRAM",
     "SOURCE",
     "SWAP_FROM_VRAM",
+    "parse_fallbacks",
+    "parse_gpu_ids",
     "read",
 ]
 
@@ -78,6 +80,7 @@ def parse_gpu_ids(name: str, text: str) -> tuple[int, ...]:
 
 
 def parse_fallbacks(name: str, text: str) -> tuple[str, ...]:
+    """``"2g.20gb, 1g.10gb"`` -> ``("2g.20gb", "1g.10gb")``: distinct MIG profiles, in order."""
     profiles: list[str] = []
     for part in text.split(","):
         profile = parse_profile(name, part)
