@@ -85,8 +85,10 @@ def test_defaults_follow_the_source() -> None:
     # swap-from-vram: WoolyAI's default (true) only when WoolyAI's form asks for the GPUs.
     wooly = read_gpu_request(pod({"woolyai.com/gpu": "1"}, {"woolyai.com/pod-vram": "1Gi"}))
     native = read_gpu_request(pod({"gpusched.io/gpu": "1"}, {"woolyai.com/pod-vram": "1Gi"}))
-    assert wooly is not None and wooly.swap_from_vram
-    assert native is not None and not native.swap_from_vram
+    assert wooly is not None
+    assert wooly.swap_from_vram
+    assert native is not None
+    assert not native.swap_from_vram
     # HAMi's 100% memory default gives way to a VRAM another form states.
     hami = read_gpu_request(pod({"nvidia.com/gpucores": "50", "gpusched.io/vram": "1Gi"}))
     assert hami == GPURequest(
@@ -97,7 +99,8 @@ def test_defaults_follow_the_source() -> None:
 def test_request_defaults() -> None:
     request = GPURequest(mode="whole", count=1)
     assert (request.priority, request.source, request.mig_fallbacks) == (0, "gpusched", ())
-    assert not request.exclusive and not request.swap_from_vram
+    assert not request.exclusive
+    assert not request.swap_from_vram
 
 
 WHOLE = [
@@ -169,7 +172,8 @@ def test_never_crashes(containers: list[dict[str, str]], annotations: dict[str, 
     try:
         request = read_gpu_request(pod(containers[0], annotations, more=tuple(containers[1:])))
     except RequestError as exc:
-        assert str(exc)
+        message = str(exc)
+        assert message
         return
     if request is not None:
         assert request.count >= 1

@@ -128,7 +128,8 @@ REJECTED: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
         "vram on whole",
         pod({GPU: "1", "gpusched.io/vram": "20Gi"}),
         (
-            'gpusched.io/vram: "20Gi" applies to shared GPUs, but nvidia.com/gpu: "1" asks for whole GPUs',
+            'gpusched.io/vram: "20Gi" applies to shared GPUs, but nvidia.com/gpu: "1"',
+            "asks for whole GPUs",
         ),
     ),
     (
