@@ -97,6 +97,7 @@ _WHAT: Final = {
     "mig_fallbacks": "MIG fallbacks",
     "priority": "priorities",
 }
+_KIND: Final = {"whole": "whole GPUs", "shared": "shared GPUs", "mig": "MIG devices"}
 _DEFAULTS: Final = {"exclusive": False, "swap_from_vram": False, "priority": 0}
 _ALTERNATIVE: Final = {"vram_mib": "vram_fraction", "vram_fraction": "vram_mib"}
 """A default of one of these is not applied when the pod states the other."""
@@ -110,6 +111,12 @@ def _merge(partials: list[Partial]) -> dict[str, Given]:
             prior = merged.get(name)
             if prior is None:
                 merged[name] = given
+            elif name == "mode" and prior.value != given.value:
+                raise RequestError(
+                    f"{prior.origin} ({_KIND[prior.value]}) and {given.origin} "
+                    f"({_KIND[given.value]}) ask for different kinds of GPU; a pod asks for one "
+                    "kind: remove one of them"
+                )
             elif prior.value != given.value:
                 raise RequestError(
                     f"{prior.origin} and {given.origin} ask for different {_WHAT[name]}; "

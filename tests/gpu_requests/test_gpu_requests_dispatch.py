@@ -185,3 +185,39 @@ def test_never_crashes(containers: list[dict[str, str]], annotations: dict[str, 
         if request.gpu_ids is not None:
             assert len(request.gpu_ids) == request.count
         assert 0 <= request.priority <= 4
+
+
+CONTRADICTIONS: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+    (
+        "shared and whole",
+        pod({"gpusched.io/gpu": "1", "gpusched.io/vram": "1Gi", "nvidia.com/gpu": "1"}),
+        ('nvidia.com/gpu: "1" (whole GPUs) and gpusched.io/gpu: "1" (shared GPUs)', "one kind"),
+    ),
+    (
+        "shared and mig",
+        pod(
+            {"woolyai.com/gpu": "1", "nvidia.com/mig-1g.10gb": "1"}, {"woolyai.com/pod-vram": "1Gi"}
+        ),
+        ("(shared GPUs) and nvidia.com/mig-1g.10gb", "(MIG devices)"),
+    ),
+    (
+        "vram twice",
+        pod({"gpusched.io/gpu": "1", "gpusched.io/vram": "1Gi"}, {"gpu-fraction": "0.5"}),
+        ('gpusched.io/vram: "1Gi"', 'gpu-fraction: "0.5"', "keep one of them"),
+    ),
+    (
+        "counts differ",
+        pod({"woolyai.com/gpu": "2", "gpusched.io/gpu": "1"}, {"woolyai.com/pod-vram": "1Gi"}),
+        ('woolyai.com/gpu: "2" and gpusched.io/gpu: "1" ask for different numbers of GPUs',),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("pod_", "fragments"), [c[1:] for c in CONTRADICTIONS], ids=[c[0] for c in CONTRADICTIONS]
+)
+def test_contradictions_name_both_fields(pod_: dict[str, Any], fragments: tuple[str, ...]) -> None:
+    with pytest.raises(RequestError) as err:
+        read_gpu_request(pod_)
+    for fragment in fragments:
+        assert fragment in str(err.value)
