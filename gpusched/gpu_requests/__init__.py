@@ -1,0 +1,221 @@
+"""One GPU request, read from whichever form a pod is written in.
+
+Users come with manifests written for other systems; each form has its own small reader that
+translates it, with its system's defaults, into the one :class:`GPURequest` the scheduler
+places. Pure code: a pod dict in, a request (or ``None``: no GPU) or a :class:`RequestError`
+out; no cluster knowledge (whether a class exists or the VRAM fits a GPU here is the plugin's
+check). The full field reference: docs/gpu_requests.md.
+
+==========  ===============================================================  ============
+source      what the pod writes                                              module
+==========  ===============================================================  ============
+gpusched    ``gpusched.io/gpu`` + ``gpusched.io/vram``; ``gpusched.io/*``     :mod:`.native`
+            annotations (these modify every form)
+nvidia      ``nvidia.com/gpu`` alone (whole GPUs), ``nvidia.com/mig-<p>``     :mod:`.nvidia`
+hami        ``nvidia.com/gpumem[-percentage]``, ``nvidia.com/gpucores``       :mod:`.hami`
+kai         ``gpu-fraction`` / ``gpu-memory`` annotations                     :mod:`.kai`
+woolyai     ``woolyai.com/gpu`` + ``woolyai.com/*`` annotations               :mod:`.woolyai`
+==========  ===============================================================  ============
+
+**Combining forms.** Every reader states the fields its form gives; the states are merged
+field by field. Two forms that state the same field alike combine (``gpusched.io/priority: 1``
+beside ``woolyai.com/priority: 1``); two that state it differently are a :class:`RequestError`
+naming both, never a silent choice. The *source* is the first foreign form that asks for GPUs,
+in the order woolyai, hami, kai, nvidia, else gpusched; a field nobody states takes the
+source's default (``swap_from_vram`` is true for WoolyAI, false otherwise), then any other
+form's. Then the request must make sense as a whole (shared GPUs need VRAM, MIG devices take no
+VRAM slice, ``gpu-ids-request`` lists one index per GPU ...).
+
+Cost: O(containers x resources + annotations) per pod, a few tens of microseconds; the caller
+(PreFilter) reads a pod once per cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Final, Literal
+
+from . import hami, kai, native, nvidia, woolyai
+from ._common import Given, Partial, PodView, RequestError
+
+__all__ = ["SOURCES", "GPURequest", "RequestError", "read_gpu_request"]
+
+Mode = Literal["whole", "shared", "mig"]
+
+
+@dataclass(frozen=True, slots=True)
+class GPURequest:
+    """What a pod asks for, whatever form it was written in."""
+
+    mode: Mode
+    """``whole``: exclusive devices (``nvidia.com/gpu``); ``shared``: slices of GPUs by VRAM;
+    ``mig``: MIG devices of one profile."""
+    count: int
+    """GPUs (whole, shared) or MIG devices (mig); at least 1."""
+    vram_mib: int | None = None
+    """Shared: MiB on each GPU (exactly one of this and ``vram_fraction`` is set)."""
+    vram_fraction: Fraction | None = None
+    """Shared: share of each GPU's memory, 0 < f <= 1 (HAMi gpumem-percentage, KAI gpu-fraction)."""
+    cores_percent: int | None = None
+    """Shared: percent of each GPU's compute, 0..100 (HAMi ``nvidia.com/gpucores``)."""
+    exclusive: bool = False
+    """Shared API, but an idle GPU that nobody joins."""
+    swap_from_vram: bool = False
+    """May be placed on overcommitted VRAM (it can spill to host memory)."""
+    gpu_class: str | None = None
+    gpu_ids: tuple[int, ...] | None = None
+    """Specific device indices, one per GPU asked, in the order given."""
+    preferred_node: str | None = None
+    mig_profile: str | None = None
+    """MIG: ``"2g.20gb"`` for ``nvidia.com/mig-2g.20gb``."""
+    mig_fallbacks: tuple[str, ...] = ()
+    """MIG: profiles accepted instead, in order of preference (``gpusched.io/mig-fallback``)."""
+    priority: int = 0
+    """0 (highest) .. 4."""
+    source: str = "gpusched"
+    """The form it was read from: gpusched, nvidia, hami, kai or woolyai."""
+
+
+_READERS: Final = (woolyai, hami, kai, nvidia, native)
+SOURCES: Final = tuple(reader.SOURCE for reader in _READERS)
+"""The forms, in order of precedence for :attr:`GPURequest.source`."""
+
+_WHAT: Final = {
+    "mode": "kinds of GPU",
+    "count": "numbers of GPUs",
+    "vram_mib": "VRAM per GPU",
+    "vram_fraction": "shares of each GPU",
+    "cores_percent": "compute shares",
+    "exclusive": "exclusivity",
+    "swap_from_vram": "VRAM swap permissions",
+    "gpu_class": "GPU classes",
+    "gpu_ids": "GPU indices",
+    "preferred_node": "preferred nodes",
+    "mig_profile": "MIG profiles",
+    "mig_fallbacks": "MIG fallbacks",
+    "priority": "priorities",
+}
+_KIND: Final = {"whole": "whole GPUs", "shared": "shared GPUs", "mig": "MIG devices"}
+_DEFAULTS: Final = {"exclusive": False, "swap_from_vram": False, "priority": 0}
+_ALTERNATIVE: Final = {"vram_mib": "vram_fraction", "vram_fraction": "vram_mib"}
+"""A default of one of these is not applied when the pod states the other."""
+_NEEDS_GPU: Final = ("vram_mib", "vram_fraction", "cores_percent", "gpu_ids", "mig_fallbacks")
+
+
+def _merge(partials: list[Partial]) -> dict[str, Given]:
+    merged: dict[str, Given] = {}
+    for partial in partials:
+        for name, given in partial.values.items():
+            prior = merged.get(name)
+            if prior is None:
+                merged[name] = given
+            elif name == "mode" and prior.value != given.value:
+                raise RequestError(
+                    f"{prior.origin} ({_KIND[prior.value]}) and {given.origin} "
+                    f"({_KIND[given.value]}) ask for different kinds of GPU; a pod asks for one "
+                    "kind: remove one of them"
+                )
+            elif prior.value != given.value:
+                raise RequestError(
+                    f"{prior.origin} and {given.origin} ask for different {_WHAT[name]}; "
+                    "remove one of them or make them agree"
+                )
+    return merged
+
+
+def read_gpu_request(pod: Mapping[str, Any]) -> GPURequest | None:
+    """The pod's GPU request; ``None`` when it asks for no GPU at all.
+
+    Raises :class:`RequestError` for a malformed or contradictory request; the message names
+    the field and says what would fix it.
+    """
+    view = PodView(pod)
+    partials = [p for reader in _READERS if (p := reader.read(view)) is not None]
+    if not partials:
+        return None
+    merged = _merge(partials)
+    primary = next(
+        (p for p in partials if "mode" in p.values),
+        next((p for p in partials if "mode" in p.defaults), None),
+    )
+    if primary is None:
+        stray = next((merged[n] for n in _NEEDS_GPU if n in merged), None)
+        if stray is not None:
+            raise RequestError(
+                f"{stray.origin} is set but the pod asks for no GPU; ask for GPUs in a "
+                "container's limits (gpusched.io/gpu: 1 with gpusched.io/vram for a shared GPU, "
+                "nvidia.com/gpu: 1 for a whole one), or remove it"
+            )
+        return None
+    values = {name: given.value for name, given in merged.items()}
+    for partial in (primary, *partials):
+        for name, value in partial.defaults.items():
+            if _ALTERNATIVE.get(name) not in values:
+                values.setdefault(name, value)
+    for name, value in _DEFAULTS.items():
+        values.setdefault(name, value)
+    _check(values, merged, primary.source)
+    return GPURequest(source=primary.source, **values)
+
+
+def _origin(merged: dict[str, Given], name: str) -> str:
+    return merged[name].origin
+
+
+def _check(values: dict[str, Any], merged: dict[str, Given], source: str) -> None:
+    """The request as a whole makes sense (fields of single forms are checked by readers)."""
+    mode = values["mode"]
+    if values.get("vram_mib") is not None and values.get("vram_fraction") is not None:
+        raise RequestError(
+            f"{_origin(merged, 'vram_mib')} and {_origin(merged, 'vram_fraction')} both say how "
+            "much of each GPU the pod needs; keep one of them"
+        )
+    if mode == "shared" and values.get("vram_mib") is None and values.get("vram_fraction") is None:
+        raise RequestError(_missing_vram(source, merged))
+    if mode != "shared":
+        kind = "whole GPUs" if mode == "whole" else "MIG devices"
+        asked = _origin(merged, "mode")
+        for name in ("vram_mib", "vram_fraction", "cores_percent", "swap_from_vram"):
+            if name in merged and (name != "swap_from_vram" or values[name]):
+                raise RequestError(
+                    f"{merged[name].origin} applies to shared GPUs, but {asked} asks for "
+                    f"{kind}; remove it, or ask for shared GPUs with gpusched.io/gpu"
+                )
+    if mode != "mig" and values.get("mig_fallbacks"):
+        raise RequestError(
+            f"{_origin(merged, 'mig_fallbacks')} applies to MIG requests "
+            "(nvidia.com/mig-<profile>), but the pod asks for none; remove it"
+        )
+    if mode == "mig":
+        profile = values["mig_profile"]
+        if profile in values.get("mig_fallbacks", ()):
+            raise RequestError(
+                f"{_origin(merged, 'mig_fallbacks')} lists {profile}, the profile the pod asks "
+                "for; list only the other profiles it accepts"
+            )
+        if values.get("gpu_ids") is not None:
+            raise RequestError(
+                f"{_origin(merged, 'gpu_ids')} names GPUs, but MIG devices are placed by "
+                "profile; remove it"
+            )
+    ids = values.get("gpu_ids")
+    if ids is not None and len(ids) != values["count"]:
+        raise RequestError(
+            f"{_origin(merged, 'gpu_ids')} lists {len(ids)} GPU(s) but the pod asks for "
+            f"{values['count']}; list one index per GPU"
+        )
+
+
+def _missing_vram(source: str, merged: dict[str, Given]) -> str:
+    asked = merged["mode"].origin if "mode" in merged else "the request"
+    if source == woolyai.SOURCE:
+        return (
+            f"{asked} asks for shared GPUs but {woolyai.POD_VRAM} is missing; WoolyAI requires "
+            f'it: add the annotation {woolyai.POD_VRAM}: "16000Mi" (VRAM per GPU)'
+        )
+    return (
+        f"{asked} asks for shared GPUs but says no VRAM per GPU; add "
+        f'{native.RESOURCE_VRAM}: "20Gi" (VRAM per GPU) to the same container\'s limits'
+    )
