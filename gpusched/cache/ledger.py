@@ -505,7 +505,8 @@ class NodeLedger:
         limit = self.policy.max_clients_per_node
         if limit is not None and self._shared >= limit:
             return (
-                f"the node already has {self._shared} pods sharing its GPUs, the most its "
+                f"the node already has {self._shared} pod{'s' if self._shared != 1 else ''} "
+                "sharing its GPUs, the most its "
                 f"policy allows (maxClientsPerNode: {limit})"
             )
         return None

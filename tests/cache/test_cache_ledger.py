@@ -221,7 +221,7 @@ def test_shared_policy_extension_point() -> None:
     assert led.devices[0].reserved_mib == 1500
     assert not led.can_fit(1, vram_mib=901, exclusive=False, swap=True)
     assert led.can_fit(1, vram_mib=900, exclusive=False, swap=True)
-    with pytest.raises(LedgerError, match=r"has 0Mi free of 1500Mi \(150% of its 1000Mi"):
+    with pytest.raises(LedgerError, match=r"has 0Mi free of 1.5Gi \(150% of its 1000Mi of memory"):
         led.allocate("c", [0], 1, exclusive=False)
     with pytest.raises(LedgerError, match="GPU 1 is held by pod a"):
         led.allocate("c", [1])  # exclusive needs an empty device
