@@ -39,8 +39,11 @@ Holding a device
          ``max_clients_per_node`` shared pods per node;
       5. compute, as HAMi's scheduler counts ``nvidia.com/gpucores``
          (``pkg/device/nvidia/device.go``, ``Fit``): the shares add up to at most
-         ``cores_percent``; a pod asking for all of it needs a device with no other holder;
-         a pod asking for none does not join a device whose compute is all given away.
+         ``cores_percent``, and once they take all of it every holder has a share. So a pod
+         asking for all of it needs a device with no other holder and one asking for none
+         never joins a device whose compute is all given away (HAMi's two checks), and,
+         to keep the rule a state predicate, the last share is refused beside a holder
+         that asks for none.
 
     - *Exclusive share* (``gpusched.io/exclusive: "true"``) is booked like a whole GPU: it
       takes an idle device and nobody joins it.

@@ -347,7 +347,7 @@ def test_random_operations(seed: int) -> None:
             del model[victim]
         elif op < 0.75:  # a share on 1-3 devices
             ids = rng.sample(range(5), rng.randint(1, 3))
-            share = Share(rng.choice([500, 1000, 2500, 4000]), rng.random() < 0.5)
+            share = Share(rng.choice([500, 1500, 2500, 4000, 6000]), rng.random() < 0.5)
             share = Share(share.mib, share.swap, rng.choice([0, 0, 0, 20, 50, 100]))
             forced = rng.random() < 0.1
             # one device: the query and allocate must agree
