@@ -7,6 +7,8 @@
     gpusched sim fleet   apply|delete --cluster NAME|FILE --kubeconfig K
     gpusched sim kubelet --kubeconfig K
     gpusched sim clusters
+    gpusched webhook     --cert F --key F [--port 8443] [--failure-policy Ignore|Fail]
+    gpusched webhook     --print-manifests [--failure-policy Ignore|Fail]
 
 ``gpusched scheduler`` serves ``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``
 on the metrics port. ``/readyz`` is 200 when the replica can do its part: without
@@ -40,6 +42,7 @@ from gpusched import __version__
 if TYPE_CHECKING:
     from gpusched.kube.client import Kube
     from gpusched.sim.fleet import ClusterSpec
+    from gpusched.webhook.config import WebhookConfig
 
 __all__ = ["main"]
 
@@ -123,6 +126,34 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     simsub.add_parser("clusters", help="list the shipped cluster specs")
+
+    hook = sub.add_parser("webhook", help="the admission webhook (AdmissionReview v1, HTTPS)")
+    hook.add_argument("--cert", default=None, help="serving certificate, PEM")
+    hook.add_argument("--key", default=None, help="its private key, PEM")
+    hook.add_argument("--host", default="0.0.0.0")
+    hook.add_argument("--port", type=int, default=8443)
+    hook.add_argument(
+        "--failure-policy",
+        choices=["Ignore", "Fail"],
+        default="Ignore",
+        help="fail-open (Ignore, default) or fail-closed (Fail); see gpusched.webhook.config",
+    )
+    hook.add_argument(
+        "--scheduler-name",
+        action="append",
+        default=None,
+        help="pods with this schedulerName are checked and changed (repeatable; gpusched)",
+    )
+    hook.add_argument(
+        "--visible-devices-for-device-plugin-pods",
+        action="store_true",
+        help="set NVIDIA_/CUDA_VISIBLE_DEVICES for nvidia.com/gpu and MIG pods too",
+    )
+    hook.add_argument(
+        "--print-manifests",
+        action="store_true",
+        help="print the Service, Deployment and webhook configurations as YAML, and exit",
+    )
     return parser
 
 
@@ -137,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _sim(args)
         if args.command == "scheduler":
             return asyncio.run(_scheduler(args))
+        if args.command == "webhook":
+            return _webhook(args)
     except UsageError as exc:
         print(f"gpusched: {exc}", file=sys.stderr)
         return 2
@@ -294,6 +327,57 @@ async def _run(args: argparse.Namespace) -> int:
         await run_workload(spec, workload, timeout=args.timeout, freeze_gc=True)
     except RegistryError as exc:  # an installed plugin package that does not load
         raise UsageError(str(exc)) from None
+    return 0
+
+
+def _webhook(args: argparse.Namespace) -> int:
+    import yaml
+
+    from gpusched.webhook import WebhookConfig, webhook_manifests
+
+    config = WebhookConfig(
+        failure_policy=args.failure_policy,
+        scheduler_names=tuple(args.scheduler_name or ("gpusched",)),
+        visible_devices_for_device_plugin_pods=args.visible_devices_for_device_plugin_pods,
+    )
+    if args.print_manifests:
+        if not 0 < args.port < 65536:
+            raise UsageError(f"webhook: --port {args.port}: the manifests need a port 1-65535")
+        config = config.model_copy(update={"port": args.port})
+        print(yaml.safe_dump_all(webhook_manifests(config), sort_keys=False), end="")
+        return 0
+    if not args.cert or not args.key:
+        raise UsageError(
+            "webhook: --cert and --key are required (API servers call webhooks over HTTPS "
+            "only); give the serving certificate and key files, PEM"
+        )
+    return asyncio.run(_serve_webhook(args, config))
+
+
+async def _serve_webhook(args: argparse.Namespace, config: WebhookConfig) -> int:
+    from gpusched.webhook import WebhookServer, server_ssl_context
+
+    try:
+        ctx = server_ssl_context(args.cert, args.key)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise UsageError(
+            f"webhook: cannot load --cert {args.cert} / --key {args.key}: {exc}; "
+            "give a PEM certificate and its matching key"
+        ) from None
+    server = WebhookServer(config=config)
+    try:
+        await server.start(args.host, args.port, ssl_context=ctx)
+    except OSError as exc:
+        raise UsageError(f"webhook: cannot listen on {args.host}:{args.port}: {exc}") from None
+    print(
+        f"gpusched webhook: serving /mutate and /validate on https://{args.host}:{server.port} "
+        f"(failurePolicy {config.failure_policy})",
+        flush=True,
+    )
+    try:
+        await _wait_for_signal(0)
+    finally:
+        await server.stop()
     return 0
 
 

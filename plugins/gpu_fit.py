@@ -12,6 +12,10 @@ device plugin; gpusched picks them itself, so that a multi-GPU pod gets GPUs joi
   topology, so an unchanged node costs a dict lookup.
 - **Score** weighs the chosen set's connectivity against bin packing (``topologyWeight``,
   ``binPackingWeight``), integer arithmetic in 0..100.
+- **PostFilter** (no node fits) says why when no node could *ever* take the pod: more GPUs
+  than the largest node has, or GPUs that exist but are MIG-partitioned (naming the MIG
+  resources the nodes offer instead). O(nodes), only for pods that fit nowhere; it nominates
+  nothing, so preemption after it still runs.
 - **Reserve** writes the choice on the chosen node as :data:`gpusched.framework.DEVICE_ASSIGNMENT`,
   which the scheduler assumes in its cache and DefaultBinder puts on the Binding.
 - **SignPod**: pods asking no whole GPUs sign alike; ``N`` and the priority when the score
@@ -55,6 +59,8 @@ from gpusched.framework import (
     Handle,
     PluginArgs,
     Pod,
+    PostFilterPlugin,
+    PostFilterResult,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
@@ -89,6 +95,7 @@ __all__ = [
     "GPUFitArgs",
     "GPURequest",
     "choice_for",
+    "never_fits",
 ]
 
 NAME: Final = "GPUFit"
@@ -112,6 +119,9 @@ DEFAULT_MAX_COMBINATIONS: Final = 5000
 
 _NODES_MAX: Final = 100_000
 """Cached node -> topology entries before the cache resets (nodes that left stay until then)."""
+
+_GPU_PLUGINS: Final = frozenset({NAME, "NodeResourcesFit"})
+"""Plugins whose rejections PostFilter looks past: they are about the GPUs (or resources)."""
 
 _TOO_FEW: Final = Status.unresolvable(REASON_TOO_FEW_GPUS, plugin=NAME)
 _NO_FREE: Final = Status.unschedulable(REASON_INSUFFICIENT_FREE_GPUS, plugin=NAME)
@@ -223,6 +233,7 @@ class GPUFitArgs(PluginArgs):
 class GPUFit(
     PreFilterPlugin,
     FilterPlugin,
+    PostFilterPlugin,
     PreScorePlugin,
     ScorePlugin,
     ReservePlugin,
@@ -234,8 +245,9 @@ class GPUFit(
     NAME = NAME
     ARGS = GPUFitArgs
 
-    def __init__(self, args: GPUFitArgs | None = None) -> None:
+    def __init__(self, args: GPUFitArgs | None = None, handle: Handle | None = None) -> None:
         args = args if args is not None else GPUFitArgs()
+        self._handle = handle
         self._max_combinations = args.max_combinations
         self._wt = args.topology_weight
         self._wp = args.bin_packing_weight
@@ -247,7 +259,7 @@ class GPUFit(
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> Self:
-        return cls(args if isinstance(args, GPUFitArgs) else None)
+        return cls(args if isinstance(args, GPUFitArgs) else None, handle)
 
     # -- PreFilter -------------------------------------------------------------------------
 
@@ -346,6 +358,32 @@ class GPUFit(
             self._last[name] = (node_info.generation, n, choice)
         choices[name] = choice
         return SUCCESS
+
+    # -- PostFilter ------------------------------------------------------------------------
+
+    def post_filter(
+        self, state: CycleState, pod: Pod, statuses: Mapping[str, Status]
+    ) -> tuple[PostFilterResult | None, Status]:
+        """Unschedulable, with a message when no node could ever take the pod (see
+        :func:`never_fits`); it never makes room, so later PostFilter plugins still run."""
+        request = state.get(_REQUEST)
+        if request is None or self._handle is None:
+            return None, Status.unschedulable(plugin=NAME)
+        try:
+            lister = self._handle.node_lister
+        except RuntimeError:  # a framework built without a scheduler (tests, config check)
+            return None, Status.unschedulable(plugin=NAME)
+        # The nodes the pod could run on but for their GPUs: not those another plugin (its
+        # selectors, taints, a cordon) turned down.
+        nodes = [
+            n
+            for n in lister.node_infos()
+            if (st := statuses.get(n.name)) is None or st.plugin in _GPU_PLUGINS
+        ]
+        why = never_fits(request.count, nodes)
+        if why is None:
+            return None, Status.unschedulable(plugin=NAME)
+        return None, Status.unschedulable(why, plugin=NAME)
 
     def _choose(self, node_info: NodeInfo, n: int) -> GPUChoice:
         """The best ``n`` free GPUs of the node (module docstring). The node has them."""
@@ -458,6 +496,51 @@ class GPUFit(
 
 def _whole_gpus(ledger: NodeLedger) -> int:
     return sum(1 for d in ledger.devices if not d.mig_enabled)
+
+
+def never_fits(count: int, nodes: Sequence[NodeInfo]) -> str | None:
+    """Why none of ``nodes`` (those the pod can run on, by its selectors and tolerations) could
+    take ``count`` whole GPUs even with every pod gone (one sentence, no final period: the
+    scheduler appends it to FailedScheduling's), or ``None`` when
+    some node could (then the pod waits for room, and Filter's reasons say where it is short).
+
+    A node's whole GPUs are its physical GPUs with MIG off (and no more than its
+    ``allocatable``). When too few exist anywhere but enough physical GPUs do, the others are
+    MIG-partitioned: the message names the MIG resources the nodes offer, so the user can ask
+    for one. O(nodes x GPUs).
+    """
+    largest_whole = largest_physical = 0
+    offered: set[str] = set()
+    for node_info in nodes:
+        if node_info.error is not None:
+            continue
+        ledger = node_info.ledger
+        advertised = int(node_info.allocatable.scalar.get(RESOURCE_GPU, 0))
+        largest_whole = max(largest_whole, min(_whole_gpus(ledger), advertised))
+        largest_physical = max(largest_physical, max(ledger.gpu_count, advertised))
+        for device in ledger.devices:
+            offered.update(m.resource for m in device.mig)
+    if count <= largest_whole or not nodes:
+        return None
+    asked = f"{count} whole GPU{'s' if count != 1 else ''} ({RESOURCE_GPU}: {count})"
+    if largest_physical == 0:
+        return f"The pod asks for {asked}, but no node it can run on has a GPU"
+    if count > largest_physical or not offered:
+        largest = largest_physical if count > largest_physical else largest_whole
+        return (
+            f"The pod asks for {asked}; the largest node it can run on has {largest}: ask for "
+            "at most that many per pod, or split the work across pods"
+        )
+    where = (
+        "every GPU of the nodes it can run on is MIG-partitioned"
+        if largest_whole == 0
+        else f"the largest node has {largest_whole} with MIG off and the rest are MIG-partitioned"
+    )
+    return (
+        f"The pod asks for {asked}, but {where}: the nodes offer {', '.join(sorted(offered))}. "
+        f"Ask for a MIG device instead (for example {min(offered)}: 1), or turn MIG off on "
+        "enough GPUs"
+    )
 
 
 def _after_pod_change(pod: Pod, old: object, new: object) -> QueueingHint:

@@ -8,7 +8,8 @@ The embedded default a new user runs first, the bed of every integration test an
         sim.faults.set([FaultRule("create", "pods", 0.1, 500)])
         print(sim.kubeconfig_path)           # for kubectl
 
-It listens on a free loopback port, writes a kubeconfig with a fresh bearer token, applies the
+It listens on a free loopback port, writes a kubeconfig with a fresh bearer token, installs
+the GPU policy CRDs (``GPUClass``, ``GPUNodePolicy``, ``ClusterGPUPolicy``), applies the
 fleet through the API exactly as ``gpusched sim fleet apply`` does on a real cluster, and runs
 the simulated kubelets as API clients.
 """
@@ -27,9 +28,10 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from gpusched.clock import Clock, RealClock
+from gpusched.gpu_policy.crds import CRD_NAMES as POLICY_CRD_NAMES
 from gpusched.kube.client import Kube
 from gpusched.sim.faults import Faults
-from gpusched.sim.fleet import ClusterSpec, apply_fleet, load_cluster_spec
+from gpusched.sim.fleet import ClusterSpec, apply_fleet, ensure_crd, load_cluster_spec
 from gpusched.sim.kubelet import SimKubelet
 from gpusched.sim.server import APIServer
 
@@ -131,6 +133,8 @@ class SimCluster:
             self.kubeconfig_path = self.write_kubeconfig(Path(self._tmpdir.name) / "kubeconfig")
         try:
             self._kube = Kube(self.api_client())
+            api = self._kube.api_client
+            await asyncio.gather(*(ensure_crd(api, name=name) for name in POLICY_CRD_NAMES))
             if self.spec is not None:
                 await apply_fleet(self._kube.api_client, self.spec)
             if self._kubelets_enabled:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import hashlib
 import ipaddress
 import json
@@ -851,9 +852,16 @@ async def _run_bounded(
         ) from errors
 
 
-def load_crd() -> dict[str, Any]:
-    """The packaged ``GPUNodeInventory`` CRD, annotated with its digest."""
-    data = resources.files("gpusched").joinpath("crds", f"{CRD_NAME}.yaml").read_bytes()
+def load_crd(name: str = CRD_NAME) -> dict[str, Any]:
+    """A packaged CRD (``GPUNodeInventory``'s unless ``name`` says which), annotated with its
+    digest. A fresh copy each call; the YAML is parsed once per process (pure-Python YAML
+    costs ~15 ms a CRD, paid by every ``SimCluster`` otherwise)."""
+    return copy.deepcopy(_parsed_crd(name))
+
+
+@functools.cache
+def _parsed_crd(name: str) -> dict[str, Any]:
+    data = resources.files("gpusched").joinpath("crds", f"{name}.yaml").read_bytes()
     crd: dict[str, Any] = yaml.safe_load(data)
     annotations = crd["metadata"].setdefault("annotations", {})
     annotations[CRD_DIGEST_ANNOTATION] = hashlib.sha256(data).hexdigest()
@@ -865,21 +873,24 @@ def _established(crd: Any) -> bool:
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
-async def ensure_crd(api_client: client.ApiClient, *, timeout_s: float = 60.0) -> None:
-    """Create the ``GPUNodeInventory`` CRD if missing (or replace it if the packaged YAML
-    changed, by its digest annotation), then wait until it is Established.
+async def ensure_crd(
+    api_client: client.ApiClient, *, timeout_s: float = 60.0, name: str = CRD_NAME
+) -> None:
+    """Create the packaged CRD ``name`` (default: ``GPUNodeInventory``'s) if missing (or
+    replace it if the packaged YAML changed, by its digest annotation), then wait until it is
+    Established.
 
     The wait lists the CRD and watches it from the list's resourceVersion; no sleeping.
     Each phase (writing, then waiting for Established) is bounded by ``timeout_s`` seconds;
     raises ``TimeoutError`` when one runs out.
     """
     ext: Any = client.ApiextensionsV1Api(api_client)
-    crd = load_crd()
+    crd = load_crd(name)
     digest = crd["metadata"]["annotations"][CRD_DIGEST_ANNOTATION]
     async with asyncio.timeout(timeout_s):
         for _attempt in range(5):
             try:
-                current = await _call(ext.read_custom_resource_definition, CRD_NAME)
+                current = await _call(ext.read_custom_resource_definition, name)
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -896,24 +907,24 @@ async def ensure_crd(api_client: client.ApiClient, *, timeout_s: float = 60.0) -
             body = copy.deepcopy(crd)
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             try:
-                await _call(ext.replace_custom_resource_definition, CRD_NAME, body)
+                await _call(ext.replace_custom_resource_definition, name, body)
                 break
             except ApiException as exc:
                 if exc.status != 409:
                     raise
         else:
-            raise FleetError(f"CustomResourceDefinition {CRD_NAME}: conflicts on every write")
+            raise FleetError(f"CustomResourceDefinition {name}: conflicts on every write")
     try:
         async with asyncio.timeout(timeout_s):
-            await _wait_established(ext)
+            await _wait_established(ext, name)
     except TimeoutError:
         raise TimeoutError(
-            f"CustomResourceDefinition {CRD_NAME} not Established within {timeout_s:g}s"
+            f"CustomResourceDefinition {name} not Established within {timeout_s:g}s"
         ) from None
 
 
-async def _wait_established(ext: Any) -> None:
-    selector = f"metadata.name={CRD_NAME}"
+async def _wait_established(ext: Any, name: str) -> None:
+    selector = f"metadata.name={name}"
     while True:
         listing = await _call(ext.list_custom_resource_definition, field_selector=selector)
         if any(_established(item) for item in listing.get("items") or []):

@@ -50,7 +50,7 @@ def test_the_default_configuration_builds() -> None:
             "NodeResourcesFit",
             "GPUFit",
         ],
-        "postFilter": [],
+        "postFilter": ["GPUFit"],
         "preScore": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit"],
         "score": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit"],
         "reserve": ["GPUFit"],

@@ -1,0 +1,36 @@
+"""gpusched's admission webhook (``gpusched webhook``).
+
+``server`` answers AdmissionReview v1 over HTTPS; ``mutate`` adds the device environment and
+holds the MIG fallback seam; ``validate`` checks gpusched's fields with a pluggable function;
+``config`` has the settings (failurePolicy) and the registration manifests.
+"""
+
+from __future__ import annotations
+
+from gpusched.webhook.config import FailurePolicy, WebhookConfig, webhook_manifests
+from gpusched.webhook.mutate import (
+    MigFallback,
+    Mutation,
+    PatchOp,
+    fallback_ops,
+    gpu_kind,
+    mutate_pod,
+)
+from gpusched.webhook.server import WebhookServer, server_ssl_context
+from gpusched.webhook.validate import Validator, default_validator
+
+__all__ = [
+    "FailurePolicy",
+    "MigFallback",
+    "Mutation",
+    "PatchOp",
+    "Validator",
+    "WebhookConfig",
+    "WebhookServer",
+    "default_validator",
+    "fallback_ops",
+    "gpu_kind",
+    "mutate_pod",
+    "server_ssl_context",
+    "webhook_manifests",
+]
