@@ -416,15 +416,21 @@ class NodeInfo:
     def update_pod(self, pod: Mapping[str, Any], assignment: Assignment | None = None) -> PodInfo:
         """Replace a pod by its new version; ``assignment`` as for :meth:`add_pod`.
 
-        If its requests and declared devices did not change (a status or label update, or the
-        Add that confirms an assumed pod) only the pod object is swapped: O(containers).
+        If its requests, declared devices and share terms did not change (a status or label
+        update, or the Add that confirms an assumed pod) only the pod object is swapped:
+        O(containers).
         """
         uid = pod_uid(pod)
         old = self.pods.get(uid)
         if old is None:
             raise CacheError(f"pod {uid} is not on node {self.name}")
         new = PodInfo.from_pod(pod, assignment)
-        if old.conflict is None and new.requests == old.requests and new.declared == old.declared:
+        if (
+            old.conflict is None
+            and new.requests == old.requests
+            and new.declared == old.declared
+            and (new.exclusive, new.swap) == (old.exclusive, old.swap)
+        ):
             self.pods[uid] = new.with_placement(old.assignment, old.inferred, None)
         else:
             self._detach(uid)

@@ -521,6 +521,16 @@ def test_nodeinfo_reads_share_terms(
     info._check()
 
 
+def test_nodeinfo_update_rebooks_when_share_terms_change() -> None:
+    info = node_info(SharingPolicy(vram_percent=150))
+    info.add_pod(shared_pod("a", (0,), 60 * GI))
+    info.add_pod(shared_pod("b", (0,), 30 * GI, SWAP))
+    assert info.ledger.devices[0].pinned_mib == 60 * GI
+    info.update_pod(shared_pod("a", (0,), 60 * GI, SWAP))
+    assert info.ledger.devices[0].pinned_mib == 0
+    info._check()
+
+
 def test_nodeinfo_exclusivity_both_ways() -> None:
     info = node_info()
     info.add_pod(make_pod("w").gpus(1).assigned(Assignment((0,), (), (), "")).obj())
