@@ -730,9 +730,7 @@ class NodeLedger:
             if len(vram) != count:
                 raise LedgerError(f"{len(vram)} VRAM amounts given for {count} GPUs")
         over = False
-        if exclusive:
-            swap, cores = False, 0
-        else:
+        if not exclusive:
             if not 0 <= cores <= 100:
                 raise LedgerError(f"a share takes 0..100 percent of a GPU's compute, not {cores}")
             refusal = self.node_refusal()
@@ -806,11 +804,13 @@ class NodeLedger:
                 if not swap:
                     device.pinned_mib += mib
                 device.cores_used += cores
-        if not exclusive:
+        if exclusive:
+            self._claims[pod_uid] = _Claim(tuple(entries), True, inferred, reservation_uid)
+        else:
             self._shared += 1
-        self._claims[pod_uid] = _Claim(
-            tuple(entries), exclusive, inferred, reservation_uid, swap, cores, over
-        )
+            self._claims[pod_uid] = _Claim(
+                tuple(entries), False, inferred, reservation_uid, swap, cores, over
+            )
 
     def is_over(self, pod_uid: str) -> bool:
         """Whether ``pod_uid``'s share was booked beyond the sharing limits (a bound pod)."""
