@@ -29,6 +29,7 @@ Who calls what, when:
 from gpusched.cache.cache import DEFAULT_ASSUMED_TTL, TERMINAL_PHASES, SchedulerCache
 from gpusched.cache.errors import CacheError, LedgerError
 from gpusched.cache.ledger import (
+    DEFAULT_POLICY,
     EXCLUSIVE_ONLY,
     MIG_RESOURCE_PREFIX,
     MIG_UUID_PREFIX,
@@ -36,6 +37,7 @@ from gpusched.cache.ledger import (
     MIGInstance,
     NodeLedger,
     SharingPolicy,
+    mib_text,
 )
 from gpusched.cache.nodeinfo import NodeInfo, PodInfo, next_generation, pod_uid
 from gpusched.cache.resources import (
@@ -52,6 +54,7 @@ from gpusched.cache.snapshot import Snapshot
 __all__ = [
     "CPU",
     "DEFAULT_ASSUMED_TTL",
+    "DEFAULT_POLICY",
     "EPHEMERAL_STORAGE",
     "EXCLUSIVE_ONLY",
     "MEMORY",
@@ -70,6 +73,7 @@ __all__ = [
     "SchedulerCache",
     "SharingPolicy",
     "Snapshot",
+    "mib_text",
     "next_generation",
     "node_allocatable",
     "pod_requests",

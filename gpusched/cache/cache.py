@@ -69,7 +69,7 @@ from typing import Any, Final
 
 from gpusched.annotations import GPU_IDS, Assignment
 from gpusched.cache.errors import CacheError
-from gpusched.cache.ledger import EXCLUSIVE_ONLY, SharingPolicy
+from gpusched.cache.ledger import DEFAULT_POLICY, SharingPolicy
 from gpusched.cache.nodeinfo import NodeInfo, PodInfo, pod_uid
 from gpusched.cache.snapshot import Snapshot
 from gpusched.clock import Clock
@@ -127,7 +127,8 @@ class SchedulerCache:
     """Nodes, bound and assumed pods, GPU ledgers; see the module docstring.
 
     ``clock`` drives assumed-pod expiry (``monotonic()``); ``assumed_ttl`` in seconds, ``None``
-    never to expire; ``policy`` is the GPU sharing policy of every node's devices.
+    never to expire; ``policy`` is the GPU sharing policy of every node without one of its own
+    (:meth:`set_node_policy`).
     """
 
     def __init__(
@@ -135,7 +136,7 @@ class SchedulerCache:
         clock: Clock,
         assumed_ttl: float | None = DEFAULT_ASSUMED_TTL,
         *,
-        policy: SharingPolicy = EXCLUSIVE_ONLY,
+        policy: SharingPolicy = DEFAULT_POLICY,
     ) -> None:
         self._clock = clock
         self._ttl = assumed_ttl
@@ -150,6 +151,8 @@ class SchedulerCache:
         self._pods: dict[str, _PodState] = {}
         self._assumed: dict[str, None] = {}
         self._inventories: dict[str, GPUNodeInventory] = {}
+        self._policies: dict[str, SharingPolicy] = {}
+        """Node policies the scheduler resolved, by node name (others get ``_policy``)."""
 
     # --- Nodes --------------------------------------------------------------------------
 
@@ -158,7 +161,7 @@ class SchedulerCache:
         name = _node_name(node)
         info = self._nodes.get(name)
         if info is None:
-            info = NodeInfo(name, node, self._inventories.get(name), policy=self._policy)
+            info = NodeInfo(name, node, self._inventories.get(name), policy=self._policy_of(name))
             self._nodes[name] = info
         else:
             info.set_node(node)
@@ -199,6 +202,22 @@ class SchedulerCache:
         if info is not None:
             info.set_inventory(inventory)
             self._nodes.move_to_end(node_name)
+
+    def set_node_policy(self, node_name: str, policy: SharingPolicy | None) -> None:
+        """Share ``node_name``'s GPUs by ``policy`` (the node policy the scheduler resolved for
+        it; ``None``: the cache's default again). May come before the Node. O(1) when nothing
+        changes, else O(pods x GPUs) (:meth:`NodeInfo.set_policy`)."""
+        if policy is None:
+            self._policies.pop(node_name, None)
+        else:
+            self._policies[node_name] = policy
+        info = self._nodes.get(node_name)
+        if info is not None and info.policy != self._policy_of(node_name):
+            info.set_policy(self._policy_of(node_name))
+            self._nodes.move_to_end(node_name)
+
+    def _policy_of(self, node_name: str) -> SharingPolicy:
+        return self._policies.get(node_name, self._policy)
 
     # --- Pods from informers --------------------------------------------------------------
 
@@ -261,7 +280,7 @@ class SchedulerCache:
     def _node_for(self, name: str) -> NodeInfo:
         info = self._nodes.get(name)
         if info is None:  # a pod before its node: a ghost until the Node arrives
-            info = NodeInfo(name, None, self._inventories.get(name), policy=self._policy)
+            info = NodeInfo(name, None, self._inventories.get(name), policy=self._policy_of(name))
             self._nodes[name] = info
         return info
 
@@ -469,6 +488,7 @@ class SchedulerCache:
                 where[uid] = name
             inventory = self._inventories.get(name)
             assert info._inventory is inventory, name
+            assert info.policy == self._policy_of(name), name
             if info.node is None:
                 assert info.pods, name
                 assert name not in self._live, name

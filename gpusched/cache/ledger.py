@@ -18,9 +18,40 @@ Holding a device
 
     - *Whole GPU, exclusive* (``nvidia.com/gpu: N``, this issue): the pod is the device's only
       holder and reserves all its memory (0 MiB when the memory is unknown).
-    - *Shared* (``exclusive=False``, VRAM slices, a later issue): several holders each reserve
-      some MiB; allowed only when the device's :class:`SharingPolicy` says so, and only up to its
-      capacity (``memoryMiB x vram_percent / 100``: above 100 percent over-commits).
+    - *Shared* (``exclusive=False``: ``gpusched.io/gpu`` with ``gpusched.io/vram``): several
+      holders each reserve some MiB on each of their N devices (one holder entry per device),
+      and each counts as one *client* of the device and one of the node. The fit rules, all
+      state predicates (so any booking order of the same pods gives the same verdict, which a
+      restart that lists pods in another order needs):
+
+      1. the :class:`SharingPolicy` allows sharing, MIG is off (MIG devices are never shared),
+         the memory is known and nobody holds the device exclusively;
+      2. *capacity after overcommit*: reservations <= ``memory_mib x vram_percent / 100``;
+      3. *swap*: the reservations of the pods that cannot spill to host memory
+         (``swap-from-vram: false``) add up to at most the *physical* memory. WoolyAI's server
+         multiplexes its clients on one GPU and pages swap-capable clients out to host memory
+         when the promises exceed the card; a pod that cannot be paged out must therefore
+         find its slice in the card itself, whatever the swap-capable pods promise on top.
+         We count the non-swap pods together (not "the card was not overcommitted when it
+         arrived"): a rule that depends on arrival order would reject, after a restart,
+         pods it accepted before;
+      4. clients: at most ``max_clients_per_gpu`` holders per device and
+         ``max_clients_per_node`` shared pods per node;
+      5. compute, as HAMi's scheduler counts ``nvidia.com/gpucores``
+         (``pkg/device/nvidia/device.go``, ``Fit``): the shares add up to at most
+         ``cores_percent``, and once they take all of it every holder has a share. So a pod
+         asking for all of it needs a device with no other holder and one asking for none
+         never joins a device whose compute is all given away (HAMi's two checks), and,
+         to keep the rule a state predicate, the last share is refused beside a holder
+         that asks for none.
+
+    - *Exclusive share* (``gpusched.io/exclusive: "true"``) is booked like a whole GPU: it
+      takes an idle device and nobody joins it.
+    - *Bound pods beyond the limits*: a pod that is already bound runs whatever the ledger
+      thinks; hiding its VRAM would overbook the device. ``allocate(enforce_limits=False)``
+      (what the cache uses for bound pods) books it even beyond the policy (sharing allowed,
+      rules 2-5; never onto a MIG, exclusively held or unknown-memory device) and marks the
+      claim *over*; such a device takes no new share until it is back within its limits.
     - *MIG device* (``nvidia.com/mig-<profile>``): a MIG-enabled GPU is never held whole; each of
       its MIG devices has at most one holder, named by its ``MIG-`` UUID.
     - *Inferred*: a pod bound by someone else (kube-scheduler, a user's ``nodeName``) asks for
@@ -34,13 +65,16 @@ Invariants (:meth:`NodeLedger._check`, called after every step of the stress tes
 - ``reserved_mib == sum(holders.values())`` on every device;
 - an exclusive device has exactly one holder, its ``exclusive`` pod; only it may be ``inferred``;
 - a MIG-enabled device has no whole-device holders; MIG devices have at most one holder;
-- nothing is booked beyond capacity: exclusive holders reserve exactly the memory, shared ones
-  add up to at most ``policy.capacity_mib``;
+- nothing is booked beyond capacity: exclusive holders reserve exactly the memory; unless a
+  holder is *over*, shared ones obey rules 2-5 (``pinned_mib`` and ``cores_used`` equal the
+  recount from the claims), and the node has at most ``max_clients_per_node`` shared pods;
+- a shared holder never sits on an exclusive or a MIG-enabled device;
 - every booking belongs to exactly one claim and every claim's entries are booked;
   ``free_gpu_count`` equals the GPUs with MIG off and no holder.
 
 Costs: ``allocate``/``release``/``assignment_of`` are O(devices in the claim);
-``free_gpu_count`` and ``can_fit(n)`` for whole GPUs O(1); ``free_gpus``/``free_mig`` O(GPUs);
+``free_gpu_count``, ``can_fit(n)`` for whole GPUs and ``device_load`` O(1); ``free_gpus``,
+``free_mig``, ``shareable_devices``, ``refusals`` and shared ``can_fit`` O(GPUs);
 ``clone`` O(GPUs + MIG devices + holders). Not thread-safe: the scheduler is single-threaded
 (asyncio) and only the cache mutates ledgers; snapshots hold clones.
 """
@@ -56,6 +90,7 @@ from gpusched.cache.errors import LedgerError
 from gpusched.inventory import GPUNodeInventory, mig_resource_name
 
 __all__ = [
+    "DEFAULT_POLICY",
     "EXCLUSIVE_ONLY",
     "MIG_RESOURCE_PREFIX",
     "MIG_UUID_PREFIX",
@@ -63,6 +98,7 @@ __all__ = [
     "MIGInstance",
     "NodeLedger",
     "SharingPolicy",
+    "mib_text",
 ]
 
 MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
@@ -72,26 +108,58 @@ MIG_UUID_PREFIX: Final = "MIG-"
 
 @dataclass(frozen=True, slots=True)
 class SharingPolicy:
-    """How one GPU may be shared: the extension point for VRAM slices and over-commit.
-
-    The default, :data:`EXCLUSIVE_ONLY`, allows whole-GPU exclusive holders only. A policy that
-    allows sharing lets several pods hold one GPU, each reserving some VRAM, until the
-    reservations reach :meth:`capacity_mib`.
+    """How the GPUs of one node may be shared: what a node policy (``GPUNodePolicy``, or the
+    cluster's defaults) resolves to. The defaults are issue 10's: sharing allowed, no VRAM
+    overcommit, at most 10 clients per GPU (HAMi's default split count), no limit per node, the
+    whole compute of a GPU (100 percent) to share out. Whole-GPU pods ignore it.
     """
 
-    allow_shared: bool = False
-    """Whether non-exclusive (VRAM-slice) holders may share the device."""
+    allow_shared: bool = True
+    """Whether non-exclusive (VRAM-slice) holders may share a device."""
     vram_percent: int = 100
-    """Capacity for VRAM reservations, in percent of the device's memory; above 100 the device
-    is over-committed (pods that reserve more than they use), as the policy owner decides."""
+    """Capacity for VRAM reservations, in percent of a device's memory; 100 is no overcommit,
+    120 lets reservations reach 1.2x the memory (swap-capable pods take the part above)."""
+    max_clients_per_gpu: int = 10
+    """Holders one device may have at most."""
+    max_clients_per_node: int | None = None
+    """Shared pods the node may hold at most; ``None``: no limit."""
+    cores_percent: int = 100
+    """Compute of one device to share out, in percent (HAMi's ``Totalcore``)."""
+
+    def __post_init__(self) -> None:
+        if self.vram_percent < 1:
+            raise ValueError(f"vram_percent must be at least 1, got {self.vram_percent}")
+        if self.max_clients_per_gpu < 1:
+            raise ValueError(
+                f"max_clients_per_gpu must be at least 1, got {self.max_clients_per_gpu}"
+            )
+        if self.max_clients_per_node is not None and self.max_clients_per_node < 1:
+            raise ValueError(
+                "max_clients_per_node must be at least 1 (or None for no limit), "
+                f"got {self.max_clients_per_node}"
+            )
+        if not 1 <= self.cores_percent <= 100:
+            raise ValueError(f"cores_percent must be 1..100, got {self.cores_percent}")
 
     def capacity_mib(self, memory_mib: int) -> int:
         """VRAM that reservations on a device of ``memory_mib`` may add up to (integer MiB)."""
         return memory_mib * self.vram_percent // 100
 
 
-EXCLUSIVE_ONLY: Final = SharingPolicy()
-"""Whole GPUs only, never shared, never over-committed (this issue's policy everywhere)."""
+DEFAULT_POLICY: Final = SharingPolicy()
+"""Issue 10's defaults: shared allowed, no overcommit, 10 clients per GPU, none per node."""
+
+EXCLUSIVE_ONLY: Final = SharingPolicy(allow_shared=False)
+"""Whole or exclusive devices only, never shared."""
+
+
+def mib_text(mib: int) -> str:
+    """MiB as a user reads them: ``"12Gi"``, ``"79.6Gi"``, ``"512Mi"``."""
+    if mib % 1024 == 0 and mib:
+        return f"{mib // 1024}Gi"
+    if abs(mib) >= 1024:
+        return f"{mib / 1024:.1f}Gi"
+    return f"{mib}Mi"
 
 
 class MIGInstance:
@@ -124,11 +192,14 @@ class GPUDevice:
     :class:`gpusched.inventory.GPUDevice`, the published description it is built from).
 
     ``uuid``, ``product`` and ``memory_mib`` are ``None`` for an anonymous GPU (a node without
-    inventory). ``holders`` maps pod UID to the MiB it reserves; ``exclusive`` names the sole
-    holder of an exclusively held device; ``inferred`` says that holder's claim was inferred.
+    inventory). ``holders`` maps pod UID to the MiB it reserves (its clients are its holders);
+    ``exclusive`` names the sole holder of an exclusively held device; ``inferred`` says that
+    holder's claim was inferred. ``pinned_mib``: what the shared holders that cannot swap
+    reserve; ``cores_used``: the compute percent the shared holders take.
     """
 
     __slots__ = (
+        "cores_used",
         "exclusive",
         "holders",
         "index",
@@ -136,6 +207,7 @@ class GPUDevice:
         "memory_mib",
         "mig",
         "mig_enabled",
+        "pinned_mib",
         "policy",
         "product",
         "reserved_mib",
@@ -151,7 +223,7 @@ class GPUDevice:
         *,
         mig_enabled: bool = False,
         mig: Sequence[MIGInstance] = (),
-        policy: SharingPolicy = EXCLUSIVE_ONLY,
+        policy: SharingPolicy = DEFAULT_POLICY,
     ) -> None:
         self.index = index
         self.uuid = uuid
@@ -161,6 +233,8 @@ class GPUDevice:
         self.mig: tuple[MIGInstance, ...] = tuple(mig)
         self.policy = policy
         self.reserved_mib = 0
+        self.pinned_mib = 0
+        self.cores_used = 0
         self.holders: dict[str, int] = {}
         self.exclusive: str | None = None
         self.inferred = False
@@ -180,6 +254,8 @@ class GPUDevice:
         clone.mig = tuple(m._clone() for m in self.mig) if self.mig else ()
         clone.policy = self.policy
         clone.reserved_mib = self.reserved_mib
+        clone.pinned_mib = self.pinned_mib
+        clone.cores_used = self.cores_used
         clone.holders = dict(self.holders)
         clone.exclusive = self.exclusive
         clone.inferred = self.inferred
@@ -192,6 +268,8 @@ class GPUDevice:
             "uuid": self.uuid,
             "memoryMiB": self.memory_mib,
             "reservedMiB": self.reserved_mib,
+            "pinnedMiB": self.pinned_mib,
+            "coresUsed": self.cores_used,
             "holders": dict(sorted(self.holders.items())),
             "exclusive": self.exclusive,
             "inferred": self.inferred,
@@ -204,6 +282,19 @@ class GPUDevice:
         return out
 
 
+# Why a device refuses one more share (``NodeLedger._refusal``; 0: it does not). Codes below
+# _LIMITS are structural and always refuse; the others are limits a bound pod may exceed.
+_MIG: Final = 1
+_EXCLUSIVE: Final = 2
+_UNKNOWN_MEMORY: Final = 3
+_LIMITS: Final = 4
+_NOT_SHARED: Final = 4
+_CLIENTS: Final = 5
+_CAPACITY: Final = 6
+_PHYSICAL: Final = 7
+_CORES: Final = 8
+_STARVED: Final = 9
+
 _Entry = tuple[int, str, int, int]
 """One booked device of a claim: (GPU index, UUID or "", MiB, MIG position or -1 for whole)."""
 
@@ -211,28 +302,41 @@ _Entry = tuple[int, str, int, int]
 class _Claim:
     """What one pod holds on the node. Immutable, so ledger clones share it."""
 
-    __slots__ = ("entries", "exclusive", "inferred", "reservation_uid")
+    __slots__ = ("cores", "entries", "exclusive", "inferred", "over", "reservation_uid", "swap")
 
     def __init__(
-        self, entries: tuple[_Entry, ...], exclusive: bool, inferred: bool, reservation_uid: str
+        self,
+        entries: tuple[_Entry, ...],
+        exclusive: bool,
+        inferred: bool,
+        reservation_uid: str,
+        swap: bool = False,
+        cores: int = 0,
+        over: bool = False,
     ) -> None:
         self.entries = entries
         self.exclusive = exclusive
         self.inferred = inferred
         self.reservation_uid = reservation_uid
+        self.swap = swap
+        """A shared claim whose pod may spill to host memory (it may use overcommitted VRAM)."""
+        self.cores = cores
+        """Compute percent it takes on each of its devices (shared claims)."""
+        self.over = over
+        """Booked beyond the sharing limits (a bound pod: ``enforce_limits=False``)."""
 
 
 class NodeLedger:
     """The GPU devices of one node and who holds them (see the module docstring)."""
 
-    __slots__ = ("_claims", "_free", "_mig_index", "devices", "inventory", "policy")
+    __slots__ = ("_claims", "_free", "_mig_index", "_shared", "devices", "inventory", "policy")
 
     def __init__(
         self,
         devices: Sequence[GPUDevice],
         *,
         inventory: GPUNodeInventory | None = None,
-        policy: SharingPolicy = EXCLUSIVE_ONLY,
+        policy: SharingPolicy = DEFAULT_POLICY,
     ) -> None:
         for position, device in enumerate(devices):
             if device.index != position:
@@ -245,13 +349,15 @@ class NodeLedger:
         self.policy = policy
         self._claims: dict[str, _Claim] = {}
         self._free = sum(1 for d in self.devices if d.free)
+        self._shared = 0
+        """Shared claims (clients of the node)."""
         self._mig_index: dict[str, tuple[int, int]] = {
             m.uuid: (d.index, pos) for d in self.devices for pos, m in enumerate(d.mig)
         }
 
     @classmethod
     def from_inventory(
-        cls, inventory: GPUNodeInventory, policy: SharingPolicy = EXCLUSIVE_ONLY
+        cls, inventory: GPUNodeInventory, policy: SharingPolicy = DEFAULT_POLICY
     ) -> NodeLedger:
         """Devices as the node's ``GPUNodeInventory`` describes them, nothing held."""
         devices = [
@@ -269,7 +375,7 @@ class NodeLedger:
         return cls(devices, inventory=inventory, policy=policy)
 
     @classmethod
-    def anonymous(cls, count: int, policy: SharingPolicy = EXCLUSIVE_ONLY) -> NodeLedger:
+    def anonymous(cls, count: int, policy: SharingPolicy = DEFAULT_POLICY) -> NodeLedger:
         """``count`` identical GPUs of unknown UUID, product and memory, nothing held."""
         return cls([GPUDevice(i, policy=policy) for i in range(max(count, 0))], policy=policy)
 
@@ -305,13 +411,18 @@ class NodeLedger:
         vram_mib: int | None = None,
         exclusive: bool = True,
         mig: Mapping[str, int] | None = None,
+        *,
+        vram_percent: int | None = None,
+        swap: bool = False,
+        cores: int = 0,
     ) -> bool:
         """Whether :meth:`allocate` could book ``gpus`` GPUs and the MIG devices now.
 
         Exclusive: ``gpus`` free GPUs, each with at least ``vram_mib`` of memory when given (an
         anonymous GPU's memory is unknown, so it fits no VRAM demand); O(1) without
-        ``vram_mib``. Shared: ``gpus`` GPUs whose policy allows sharing and whose remaining
-        capacity is at least ``vram_mib`` (required). ``mig``: free MIG devices per resource.
+        ``vram_mib``. Shared: ``gpus`` devices that :meth:`shareable_devices` lists for a
+        share of ``vram_mib`` (or ``vram_percent`` of each device), ``swap`` and ``cores``;
+        O(GPUs). ``mig``: free MIG devices per resource.
         """
         if gpus > 0:
             if exclusive:
@@ -327,26 +438,204 @@ class NodeLedger:
                     )
                     if fitting < gpus:
                         return False
-            else:
-                if vram_mib is None or vram_mib <= 0:
-                    raise ValueError("a shared fit needs vram_mib > 0")
-                if sum(1 for d in self.devices if self._shareable(d, vram_mib)) < gpus:
-                    return False
+            elif len(self.shareable_devices(vram_mib, vram_percent, swap, cores)) < gpus:
+                return False
         if mig:
             for resource, count in mig.items():
                 if count > 0 and len(self.free_mig(resource)) < count:
                     return False
         return True
 
+    def shareable_devices(
+        self,
+        vram_mib: int | None = None,
+        vram_percent: int | None = None,
+        swap: bool = False,
+        cores: int = 0,
+        *,
+        exclusive: bool = False,
+    ) -> list[int]:
+        """Indices of the devices that can take one more holder of this shape now, ascending.
+
+        Shared (default): a share of ``vram_mib`` MiB, or of ``vram_percent`` percent of each
+        device's memory (HAMi's ``gpumem-percentage``), by the rules of the module docstring;
+        none at all once the node has ``max_clients_per_node`` shared pods. ``exclusive``: idle
+        devices (MIG off, no holder) with at least ``vram_mib`` of memory when it is given.
+        O(GPUs); no string is built.
+        """
+        if exclusive:
+            if vram_mib is None:
+                return [d.index for d in self.devices if d.free]
+            return [
+                d.index
+                for d in self.devices
+                if d.free and d.memory_mib is not None and d.memory_mib >= vram_mib
+            ]
+        self._check_shape(vram_mib, vram_percent, cores)
+        if self.node_refusal() is not None:
+            return []
+        out = []
+        for device in self.devices:
+            mib = self._share_of(device, vram_mib, vram_percent)
+            if mib is not None and not self._refusal(device, mib, swap, cores):
+                out.append(device.index)
+        return out
+
+    def refusals(
+        self,
+        vram_mib: int | None = None,
+        vram_percent: int | None = None,
+        swap: bool = False,
+        cores: int = 0,
+    ) -> dict[int, str]:
+        """Why each device that cannot take a share of this shape refuses it, by index (the
+        devices missing here can). For messages; :meth:`node_refusal` says why the node as a
+        whole takes no more shared pods. O(GPUs)."""
+        self._check_shape(vram_mib, vram_percent, cores)
+        out: dict[int, str] = {}
+        for device in self.devices:
+            mib = self._share_of(device, vram_mib, vram_percent)
+            if mib is None:
+                out[device.index] = self._refusal_text(_UNKNOWN_MEMORY, device, 0, swap, cores)
+                continue
+            code = self._refusal(device, mib, swap, cores)
+            if code:
+                out[device.index] = self._refusal_text(code, device, mib, swap, cores)
+        return out
+
+    def node_refusal(self) -> str | None:
+        """Why the node takes no more shared pods (its client limit), or ``None``. O(1)."""
+        limit = self.policy.max_clients_per_node
+        if limit is not None and self._shared >= limit:
+            return (
+                f"the node already has {self._shared} pod{'s' if self._shared != 1 else ''} "
+                "sharing its GPUs, the most its "
+                f"policy allows (maxClientsPerNode: {limit})"
+            )
+        return None
+
+    def share_mib(
+        self, index: int, vram_mib: int | None = None, vram_percent: int | None = None
+    ) -> int | None:
+        """The MiB a share reserves on device ``index``: ``vram_mib``, or else ``vram_percent``
+        of its memory (rounded down, as HAMi); ``None`` when its memory is unknown."""
+        return self._share_of(self.devices[index], vram_mib, vram_percent)
+
+    def device_load(self, index: int) -> tuple[int, int]:
+        """(MiB reserved, holders) of device ``index``, for binpack / spread scoring. O(1)."""
+        device = self.devices[index]
+        return device.reserved_mib, len(device.holders)
+
+    @property
+    def shared_clients(self) -> int:
+        """Pods sharing this node's GPUs (the count ``max_clients_per_node`` limits). O(1)."""
+        return self._shared
+
     @staticmethod
-    def _shareable(device: GPUDevice, vram_mib: int) -> bool:
-        return (
-            device.policy.allow_shared
-            and not device.mig_enabled
-            and device.exclusive is None
-            and device.memory_mib is not None
-            and device.reserved_mib + vram_mib <= device.policy.capacity_mib(device.memory_mib)
-        )
+    def _check_shape(vram_mib: int | None, vram_percent: int | None, cores: int) -> None:
+        if (vram_mib is None or vram_mib <= 0) and (
+            vram_percent is None or not 0 < vram_percent <= 100
+        ):
+            raise ValueError("a shared fit needs vram_mib > 0 or vram_percent in 1..100")
+        if not 0 <= cores <= 100:
+            raise ValueError(f"cores must be 0..100 percent, got {cores}")
+
+    @staticmethod
+    def _share_of(device: GPUDevice, vram_mib: int | None, vram_percent: int | None) -> int | None:
+        if vram_mib is not None and vram_mib > 0:
+            return vram_mib
+        if device.memory_mib is None or vram_percent is None:
+            return None
+        return max(device.memory_mib * vram_percent // 100, 1)
+
+    def _refusal(self, device: GPUDevice, mib: int, swap: bool, cores: int) -> int:
+        """Why ``device`` cannot take one more share of ``mib`` now: a ``_REFUSED_*`` code, or
+        0 when it can (the rules of the module docstring; structural ones first). O(1), plus
+        O(holders) only when the shares would take the device's whole compute."""
+        if device.mig_enabled:
+            return _MIG
+        if device.exclusive is not None:
+            return _EXCLUSIVE
+        memory = device.memory_mib
+        if memory is None:
+            return _UNKNOWN_MEMORY
+        policy = device.policy
+        if not policy.allow_shared:
+            return _NOT_SHARED
+        if len(device.holders) >= policy.max_clients_per_gpu:
+            return _CLIENTS
+        if device.reserved_mib + mib > policy.capacity_mib(memory):
+            return _CAPACITY
+        if not swap and device.pinned_mib + mib > memory:
+            return _PHYSICAL
+        if cores or device.cores_used:
+            after = device.cores_used + cores
+            total = policy.cores_percent
+            if after > total:
+                return _CORES
+            # HAMi refuses a pod asking for all the compute of a used device, and one asking
+            # for none of a device whose compute is all taken; checked on the state after,
+            # both ways, so the order pods arrive in does not matter.
+            if after >= total and (
+                not cores or any(not self._claims[uid].cores for uid in device.holders)
+            ):
+                return _STARVED
+        return 0
+
+    def _refusal_text(self, code: int, device: GPUDevice, mib: int, swap: bool, cores: int) -> str:
+        i = device.index
+        policy = device.policy
+        memory = device.memory_mib or 0
+        if code == _NOT_SHARED:
+            return f"GPU {i} cannot be shared: its node's policy allows whole GPUs only"
+        if code == _MIG:
+            return (
+                f"GPU {i} is in MIG mode and MIG devices are never shared: ask for a MIG "
+                "profile (nvidia.com/mig-<profile>) instead"
+            )
+        if code == _EXCLUSIVE:
+            return f"GPU {i} is held exclusively by pod {device.exclusive}"
+        if code == _UNKNOWN_MEMORY:
+            return (
+                f"GPU {i} has unknown memory (its node publishes no GPUNodeInventory), so it "
+                "cannot be shared by VRAM"
+            )
+        if code == _CLIENTS:
+            return (
+                f"GPU {i} already has {len(device.holders)} clients, the most its node's policy "
+                f"allows (maxClientsPerGPU: {policy.max_clients_per_gpu})"
+            )
+        if code == _CAPACITY:
+            capacity = policy.capacity_mib(memory)
+            of = "its memory" if policy.vram_percent == 100 else f"its {mib_text(memory)} of memory"
+            return (
+                f"GPU {i} has {mib_text(capacity - device.reserved_mib)} free of "
+                f"{mib_text(capacity)} ({policy.vram_percent}% of {of} may be reserved), "
+                f"the pod asks {mib_text(mib)}"
+            )
+        if code == _PHYSICAL:
+            return (
+                f"GPU {i} has {mib_text(memory - device.pinned_mib)} of its {mib_text(memory)} "
+                f"not promised to pods that cannot swap, the pod asks {mib_text(mib)} and "
+                'cannot swap to host memory (set gpusched.io/swap-from-vram: "true" to let '
+                "it use overcommitted VRAM)"
+            )
+        if code == _CORES:
+            return (
+                f"GPU {i} has {policy.cores_percent - device.cores_used}% of its compute free, "
+                f"the pod asks {cores}%"
+            )
+        if code == _STARVED:
+            if not cores:
+                return (
+                    f"GPU {i} has all its compute given to its clients; a pod asking for none "
+                    "of it would get no time on it"
+                )
+            return (
+                f"GPU {i} has clients that ask for no compute share, and the pod's {cores}% "
+                "would leave them none"
+            )
+        raise AssertionError(code)
 
     def holds(self, pod_uid: str) -> bool:
         return pod_uid in self._claims
@@ -410,6 +699,9 @@ class NodeLedger:
         uuids: Sequence[str] = (),
         inferred: bool = False,
         reservation_uid: str = "",
+        swap: bool = False,
+        cores: int = 0,
+        enforce_limits: bool = True,
     ) -> None:
         """Book devices for ``pod_uid``, all or none; :class:`LedgerError` on any over-commit.
 
@@ -418,9 +710,11 @@ class NodeLedger:
         device of the GPU instead of the whole GPU. ``exclusive``: the pod holds each whole GPU
         alone and reserves all its memory, so ``vram_mib_per_gpu`` is ignored; otherwise it
         shares each GPU, reserving ``vram_mib_per_gpu`` MiB (one int for all, or one per GPU),
-        as far as the device's :class:`SharingPolicy` allows. An empty ``gpu_ids`` books
-        nothing. A pod holds at most one claim per node: :meth:`release` it first.
-        O(devices in the claim).
+        as far as the device's :class:`SharingPolicy` allows, with ``swap`` (it may spill to
+        host memory) and ``cores`` (compute percent per device). ``enforce_limits=False`` (a
+        bound pod) books a share even beyond the limits (rules 2-5), marking it *over*. An empty
+        ``gpu_ids`` books nothing. A pod holds at most one claim per node: :meth:`release` it
+        first. O(devices in the claim).
         """
         if pod_uid in self._claims:
             raise LedgerError(f"pod {pod_uid} already holds {self._describe_claim(pod_uid)}")
@@ -435,6 +729,15 @@ class NodeLedger:
             vram = vram_mib_per_gpu
             if len(vram) != count:
                 raise LedgerError(f"{len(vram)} VRAM amounts given for {count} GPUs")
+        over = False
+        if not exclusive:
+            if not 0 <= cores <= 100:
+                raise LedgerError(f"a share takes 0..100 percent of a GPU's compute, not {cores}")
+            refusal = self.node_refusal()
+            if refusal is not None:
+                if enforce_limits:
+                    raise LedgerError(refusal)
+                over = True
         devices = self.devices
         entries: list[_Entry] = []
         seen: set[tuple[int, int]] = set()
@@ -450,6 +753,8 @@ class NodeLedger:
                 instance = device.mig[where[1]]
                 if where in seen:
                     raise LedgerError(f"MIG device {uuid} is listed twice")
+                if not exclusive:
+                    raise LedgerError(f"MIG device {uuid} cannot be shared: MIG devices never are")
                 if instance.holder is not None:
                     raise LedgerError(
                         f"MIG device {uuid} on GPU {index} is held by pod {instance.holder}"
@@ -469,7 +774,17 @@ class NodeLedger:
                     raise LedgerError(f"GPU {index} is held by {self._holders_text(device)}")
                 mib = device.memory_mib or 0
             else:
-                mib = self._check_share(device, vram[i])
+                share = vram[i]
+                if share is None or share <= 0:
+                    raise LedgerError(
+                        f"a shared hold of GPU {index} must reserve some VRAM, got {share}"
+                    )
+                mib = share
+                code = self._refusal(device, mib, swap, cores)
+                if code:
+                    if enforce_limits or code < _LIMITS:
+                        raise LedgerError(self._refusal_text(code, device, mib, swap, cores))
+                    over = True
             entries.append((index, device.uuid or "", mib, -1))
         for index, _, mib, position in entries:
             device = devices[index]
@@ -485,25 +800,22 @@ class NodeLedger:
             if exclusive:
                 device.exclusive = pod_uid
                 device.inferred = inferred
-        self._claims[pod_uid] = _Claim(tuple(entries), exclusive, inferred, reservation_uid)
-
-    def _check_share(self, device: GPUDevice, mib: int | None) -> int:
-        index = device.index
-        if not device.policy.allow_shared:
-            raise LedgerError(f"GPU {index} cannot be shared (its policy is exclusive only)")
-        if device.exclusive is not None:
-            raise LedgerError(f"GPU {index} is held exclusively by pod {device.exclusive}")
-        if mib is None or mib <= 0:
-            raise LedgerError(f"a shared hold of GPU {index} must reserve some VRAM, got {mib}")
-        if device.memory_mib is None:
-            raise LedgerError(f"GPU {index} has unknown memory; it cannot be shared by VRAM")
-        capacity = device.policy.capacity_mib(device.memory_mib)
-        if device.reserved_mib + mib > capacity:
-            raise LedgerError(
-                f"GPU {index} has {capacity - device.reserved_mib} MiB left to reserve "
-                f"(of {capacity}), {mib} MiB asked"
+            else:
+                if not swap:
+                    device.pinned_mib += mib
+                device.cores_used += cores
+        if exclusive:
+            self._claims[pod_uid] = _Claim(tuple(entries), True, inferred, reservation_uid)
+        else:
+            self._shared += 1
+            self._claims[pod_uid] = _Claim(
+                tuple(entries), False, inferred, reservation_uid, swap, cores, over
             )
-        return mib
+
+    def is_over(self, pod_uid: str) -> bool:
+        """Whether ``pod_uid``'s share was booked beyond the sharing limits (a bound pod)."""
+        claim = self._claims.get(pod_uid)
+        return claim is not None and claim.over
 
     def allocate_inferred(
         self, pod_uid: str, gpus: int, mig: Iterable[tuple[str, int]] = ()
@@ -555,8 +867,14 @@ class NodeLedger:
             if device.exclusive == pod_uid:
                 device.exclusive = None
                 device.inferred = False
+            elif not claim.exclusive:
+                if not claim.swap:
+                    device.pinned_mib -= mib
+                device.cores_used -= claim.cores
             if not device.holders:
                 self._free += 1
+        if not claim.exclusive:
+            self._shared -= 1
         return True
 
     def clone(self) -> NodeLedger:
@@ -567,6 +885,7 @@ class NodeLedger:
         clone.policy = self.policy
         clone._claims = dict(self._claims)
         clone._free = self._free
+        clone._shared = self._shared
         clone._mig_index = self._mig_index  # never mutated
         return clone
 
@@ -600,13 +919,10 @@ class NodeLedger:
             if device.exclusive is not None:
                 assert list(device.holders) == [device.exclusive], device.describe()
                 assert device.reserved_mib == (device.memory_mib or 0), device.describe()
+                assert device.pinned_mib == device.cores_used == 0, device.describe()
             else:
                 assert not device.inferred, device.describe()
-                if device.holders:
-                    assert device.policy.allow_shared, device.describe()
-                    assert device.memory_mib is not None, device.describe()
-                    capacity = device.policy.capacity_mib(device.memory_mib)
-                    assert device.reserved_mib <= capacity, device.describe()
+                self._check_shared(device)
             for uid, mib in device.holders.items():
                 booked[(uid, index, -1)] = mib
             for position, instance in enumerate(device.mig):
@@ -634,4 +950,31 @@ class NodeLedger:
                     if claim.exclusive:
                         assert device.inferred == claim.inferred, key
         assert booked == claimed, (booked, claimed)
+        shared = [claim for claim in self._claims.values() if not claim.exclusive]
+        assert self._shared == len(shared), (self._shared, len(shared))
+        limit = self.policy.max_clients_per_node
+        if limit is not None and not any(claim.over for claim in shared):
+            assert self._shared <= limit, (self._shared, limit)
         assert self._free == sum(1 for d in self.devices if d.free), self._free
+
+    def _check_shared(self, device: GPUDevice) -> None:
+        """Assert the sharing invariants of a device nobody holds exclusively."""
+        info = device.describe()
+        claims = [self._claims[uid] for uid in device.holders]
+        assert not any(claim.exclusive for claim in claims), info
+        assert device.pinned_mib == sum(
+            mib for (uid, mib), c in zip(device.holders.items(), claims, strict=True) if not c.swap
+        ), info
+        assert device.cores_used == sum(claim.cores for claim in claims), info
+        if not claims or any(claim.over for claim in claims):
+            return
+        policy = device.policy
+        memory = device.memory_mib
+        assert memory is not None, info
+        assert policy.allow_shared, info
+        assert len(claims) <= policy.max_clients_per_gpu, info
+        assert device.reserved_mib <= policy.capacity_mib(memory), info
+        assert device.pinned_mib <= memory, info
+        assert device.cores_used <= policy.cores_percent, info
+        if device.cores_used >= policy.cores_percent:
+            assert all(claim.cores for claim in claims), info

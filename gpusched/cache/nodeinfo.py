@@ -22,10 +22,19 @@ Which devices a pod holds
       says why, and it is tried again whenever devices are released or the ledger is rebuilt,
       declared claims first. The pod exists whatever the cache thinks, so nothing raises.
 
-Whole-GPU pods (``nvidia.com/gpu: N``) and MIG pods are exclusive; a pod with a declared
-assignment but no GPU resource request is a VRAM-slice pod and shares its GPUs (refused by
-this issue's default :data:`~gpusched.cache.ledger.EXCLUSIVE_ONLY` policy, so it shows as a
-conflict until the VRAM-sharing issue lands).
+Whole-GPU pods (``nvidia.com/gpu: N``) and MIG pods are exclusive. A pod with a declared
+assignment in a shared form (``gpusched.io/gpu``, WoolyAI's ``woolyai.com/gpu``, HAMi's
+``nvidia.com/gpumem``/``gpucores``, or no GPU resource at all: KAI's fraction annotations)
+shares its GPUs with the VRAM its ``reserved-vram-mib`` lists, unless it asks for a dedicated
+GPU (``gpusched.io/exclusive``/``woolyai.com/exclusive-gpu-use: "true"``); whether it may
+spill to host memory is its ``swap-from-vram`` (gpusched's default false, WoolyAI's true), its
+compute share HAMi's ``nvidia.com/gpucores``. A bound pod is booked even beyond its node's
+sharing limits (it runs whatever the cache thinks; ``NodeLedger.allocate(enforce_limits=
+False)``); an assumed one, the scheduler's own decision, must fit them.
+
+The node's :class:`~gpusched.cache.ledger.SharingPolicy` is given at construction and by
+:meth:`NodeInfo.set_policy` (the scheduler applies the node policy it resolved); the default is
+issue 10's (:data:`~gpusched.cache.ledger.DEFAULT_POLICY`).
 
 :class:`PodInfo` is immutable by convention (slots, never mutated after it is stored): node
 info clones share them, so a snapshot clone costs O(pods) references, not O(pods) copies.
@@ -39,12 +48,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from gpusched.annotations import AnnotationError, Assignment, parse_assignment
 from gpusched.cache.errors import CacheError, LedgerError
 from gpusched.cache.ledger import (
-    EXCLUSIVE_ONLY,
+    DEFAULT_POLICY,
     MIG_RESOURCE_PREFIX,
     NodeLedger,
     SharingPolicy,
@@ -55,6 +64,37 @@ from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory
 __all__ = ["NodeInfo", "PodInfo", "next_generation", "pod_uid"]
 
 _generations = itertools.count(1)
+
+# The request forms that share GPUs, and their modifiers (issue 10). Read here only to book a
+# bound pod's declared share; the request readers validate them.
+# TODO(lead): take these from the request readers' module once merged, so the rule lives once.
+_SHARED_RESOURCES: Final = frozenset(
+    {
+        "gpusched.io/gpu",
+        "woolyai.com/gpu",
+        "nvidia.com/gpumem",
+        "nvidia.com/gpumem-percentage",
+        "nvidia.com/gpucores",
+    }
+)
+_EXCLUSIVE_ANNOTATIONS: Final = ("gpusched.io/exclusive", "woolyai.com/exclusive-gpu-use")
+_SWAP_ANNOTATION: Final = "gpusched.io/swap-from-vram"
+_WOOLY_SWAP_ANNOTATION: Final = "woolyai.com/swap-from-vram"
+_WOOLY_GPU: Final = "woolyai.com/gpu"
+_HAMI_CORES: Final = "nvidia.com/gpucores"
+
+
+def _share_terms(pod: Mapping[str, Any], scalar: Mapping[str, int]) -> tuple[bool, bool, int]:
+    """(dedicated, swap, cores) of a pod in a shared form: what its annotations and HAMi's
+    ``gpucores`` say. WoolyAI's pods default to swap (its operator's default), others not."""
+    annotations: Mapping[str, str] = (pod.get("metadata") or {}).get("annotations") or {}
+    dedicated = any(annotations.get(key, "").strip() == "true" for key in _EXCLUSIVE_ANNOTATIONS)
+    swap_text = annotations.get(_SWAP_ANNOTATION)
+    if swap_text is None:
+        default = "true" if _WOOLY_GPU in scalar else "false"
+        swap_text = annotations.get(_WOOLY_SWAP_ANNOTATION, default)
+    cores = min(max(scalar.get(_HAMI_CORES, 0), 0), 100)
+    return dedicated, swap_text.strip() == "true", cores
 
 
 def next_generation() -> int:
@@ -89,6 +129,7 @@ class PodInfo:
     __slots__ = (
         "assignment",
         "conflict",
+        "cores",
         "declared",
         "error",
         "exclusive",
@@ -97,6 +138,7 @@ class PodInfo:
         "mig",
         "pod",
         "requests",
+        "swap",
         "uid",
     )
 
@@ -126,9 +168,17 @@ class PodInfo:
         )
         """MIG devices requested, as (resource, count), sorted by resource."""
         self.declared = declared if declared is not None and declared.gpu_ids else None
-        self.exclusive = bool(self.gpus or self.mig)
-        """Whether the pod holds its GPUs alone (any GPU resource request) or shares them
-        (a declared assignment without one: a VRAM-slice pod)."""
+        shared_form = bool(scalar) and not _SHARED_RESOURCES.isdisjoint(scalar)
+        self.exclusive = bool(self.mig) or (bool(self.gpus) and not shared_form)
+        """Whether the pod holds its GPUs alone (whole GPUs, MIG devices, a dedicated share)
+        or shares them (a declared assignment in a shared form: module docstring)."""
+        self.swap = False
+        """A share that may spill to host memory (so may use overcommitted VRAM)."""
+        self.cores = 0
+        """Compute percent its share takes on each GPU (HAMi's ``gpucores``)."""
+        if self.declared is not None and not self.exclusive:
+            dedicated, self.swap, self.cores = _share_terms(pod, scalar or {})
+            self.exclusive = dedicated
         self.assignment: Assignment | None = None
         self.inferred = False
         self.error = error
@@ -174,6 +224,8 @@ class PodInfo:
         clone.mig = self.mig
         clone.declared = self.declared
         clone.exclusive = self.exclusive
+        clone.swap = self.swap
+        clone.cores = self.cores
         clone.error = self.error
         clone.assignment = assignment
         clone.inferred = inferred
@@ -228,7 +280,7 @@ class NodeInfo:
         node: Mapping[str, Any] | None = None,
         inventory: GPUNodeInventory | None = None,
         *,
-        policy: SharingPolicy = EXCLUSIVE_ONLY,
+        policy: SharingPolicy = DEFAULT_POLICY,
     ) -> None:
         self.name = name
         self.node: Mapping[str, Any] | None = None
@@ -287,6 +339,16 @@ class NodeInfo:
         self._refresh_ledger()
         self.generation = next_generation()
 
+    def set_policy(self, policy: SharingPolicy) -> None:
+        """Share the node's GPUs by ``policy`` (the node policy the scheduler resolved). A
+        change rebuilds the ledger and books every pod again, O(pods x GPUs); bound pods beyond
+        the new limits stay booked (module docstring). The same policy again costs O(1)."""
+        if policy == self.policy:
+            return
+        self.policy = policy
+        self._refresh_ledger()
+        self.generation = next_generation()
+
     def _refresh_ledger(self) -> None:
         inventory = self._inventory
         if inventory is not None:
@@ -342,7 +404,7 @@ class NodeInfo:
             raise CacheError(f"pod {uid} is already on node {self.name}")
         info = PodInfo.from_pod(pod, assignment)
         if assumed:
-            self._book(info)
+            self._book(info, enforce_limits=True)
             self._insert(self._placed(info))
         else:
             self._insert(self._place(info))
@@ -354,15 +416,21 @@ class NodeInfo:
     def update_pod(self, pod: Mapping[str, Any], assignment: Assignment | None = None) -> PodInfo:
         """Replace a pod by its new version; ``assignment`` as for :meth:`add_pod`.
 
-        If its requests and declared devices did not change (a status or label update, or the
-        Add that confirms an assumed pod) only the pod object is swapped: O(containers).
+        If its requests, declared devices and share terms did not change (a status or label
+        update, or the Add that confirms an assumed pod) only the pod object is swapped:
+        O(containers).
         """
         uid = pod_uid(pod)
         old = self.pods.get(uid)
         if old is None:
             raise CacheError(f"pod {uid} is not on node {self.name}")
         new = PodInfo.from_pod(pod, assignment)
-        if old.conflict is None and new.requests == old.requests and new.declared == old.declared:
+        if (
+            old.conflict is None
+            and new.requests == old.requests
+            and new.declared == old.declared
+            and (new.exclusive, new.swap) == (old.exclusive, old.swap)
+        ):
             self.pods[uid] = new.with_placement(old.assignment, old.inferred, None)
         else:
             self._detach(uid)
@@ -394,8 +462,9 @@ class NodeInfo:
         if info.conflict is not None:
             self._unplaced[info.uid] = None
 
-    def _book(self, info: PodInfo) -> None:
-        """Book ``info``'s devices as they are: declared, or else inferred. Raises LedgerError."""
+    def _book(self, info: PodInfo, *, enforce_limits: bool = False) -> None:
+        """Book ``info``'s devices as they are: declared, or else inferred. Raises LedgerError.
+        A share is booked beyond the sharing limits unless ``enforce_limits`` (assumed pods)."""
         declared = info.declared
         if declared is not None:
             self.ledger.allocate(
@@ -405,6 +474,9 @@ class NodeInfo:
                 info.exclusive,
                 uuids=declared.gpu_uuids,
                 reservation_uid=declared.reservation_uid,
+                swap=info.swap,
+                cores=info.cores,
+                enforce_limits=enforce_limits,
             )
         elif info.gpus or info.mig:
             self.ledger.allocate_inferred(info.uid, info.gpus, info.mig)

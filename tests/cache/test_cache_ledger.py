@@ -14,8 +14,8 @@ from gpusched.cache import EXCLUSIVE_ONLY, LedgerError, NodeLedger, SharingPolic
 MIG_LAYOUT = {1: [("3g.40gb", 40192), ("2g.20gb", 19968), ("1g.10gb", 9984), ("1g.10gb", 9984)]}
 
 
-def ledger(count: int = 4, **kw: Any) -> NodeLedger:
-    return NodeLedger.from_inventory(make_inventory("n1", count, **kw))
+def ledger(count: int = 4, policy: SharingPolicy = EXCLUSIVE_ONLY, **kw: Any) -> NodeLedger:
+    return NodeLedger.from_inventory(make_inventory("n1", count, **kw), policy)
 
 
 def mig_ledger() -> NodeLedger:
@@ -212,21 +212,22 @@ def test_shared_policy_extension_point() -> None:
     assert policy.capacity_mib(1000) == 1500
     assert EXCLUSIVE_ONLY.capacity_mib(1000) == 1000
     led = NodeLedger.from_inventory(make_inventory("n1", 2, memory_mib=1000), policy)
-    assert led.can_fit(2, vram_mib=1500, exclusive=False)
+    assert led.can_fit(2, vram_mib=1500, exclusive=False, swap=True)
+    assert not led.can_fit(2, vram_mib=1500, exclusive=False)  # beyond the physical 1000
     led.allocate("a", [0, 1], [1000, 600], exclusive=False)
-    led.allocate("b", [0], 500, exclusive=False)
+    led.allocate("b", [0], 500, exclusive=False, swap=True)
     led._check()
     assert led.devices[0].holders == {"a": 1000, "b": 500}
     assert led.devices[0].reserved_mib == 1500
-    assert not led.can_fit(1, vram_mib=901, exclusive=False)
-    assert led.can_fit(1, vram_mib=900, exclusive=False)
-    with pytest.raises(LedgerError, match="0 MiB left to reserve"):
+    assert not led.can_fit(1, vram_mib=901, exclusive=False, swap=True)
+    assert led.can_fit(1, vram_mib=900, exclusive=False, swap=True)
+    with pytest.raises(LedgerError, match=r"has 0Mi free of 1.5Gi \(150% of its 1000Mi of memory"):
         led.allocate("c", [0], 1, exclusive=False)
     with pytest.raises(LedgerError, match="GPU 1 is held by pod a"):
         led.allocate("c", [1])  # exclusive needs an empty device
     with pytest.raises(LedgerError, match="must reserve some VRAM"):
         led.allocate("c", [1], None, exclusive=False)
-    with pytest.raises(ValueError, match="vram_mib > 0"):
+    with pytest.raises(ValueError, match="vram_mib > 0 or vram_percent"):
         led.can_fit(1, exclusive=False)
     led.release("a")
     led.release("b")

@@ -6,7 +6,7 @@ import pytest
 from cache_builders import make_inventory, make_node, make_pod
 
 from gpusched.annotations import GPU_IDS, Assignment
-from gpusched.cache import CacheError, LedgerError, NodeInfo, Resources
+from gpusched.cache import EXCLUSIVE_ONLY, CacheError, LedgerError, NodeInfo, Resources
 
 INV = make_inventory("n1", 4)
 
@@ -173,12 +173,22 @@ def test_malformed_quantity_counts_the_pod_only() -> None:
     info._check()
 
 
-def test_vram_slice_pod_is_refused_by_exclusive_policy() -> None:
+def test_vram_slice_pod_is_a_share() -> None:
     info = node_info()
     p = info.add_pod(make_pod("v").assigned(Assignment((0,), (), (1000,), "")).obj())
     assert not p.exclusive
-    assert p.conflict is not None
-    assert "cannot be shared" in p.conflict
+    assert p.conflict is None
+    assert info.ledger.devices[0].holders == {"uid-v": 1000}
+    info._check()
+
+
+def test_vram_slice_pod_on_an_exclusive_only_node_is_booked_over() -> None:
+    info = NodeInfo("n1", make_node("n1", inventory=INV), INV, policy=EXCLUSIVE_ONLY)
+    p = info.add_pod(make_pod("v").assigned(Assignment((0,), (), (1000,), "")).obj())
+    assert p.conflict is None  # it is bound: its VRAM stays counted
+    assert info.ledger.is_over("uid-v")
+    with pytest.raises(LedgerError, match="cannot be shared"):
+        info.add_pod(make_pod("w").assigned(Assignment((1,), (), (1000,), "")).obj(), assumed=True)
     info._check()
 
 
