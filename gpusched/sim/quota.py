@@ -33,8 +33,8 @@ the namespace x quotas) per write.
 
 Left out: quota on objects other than pods (``count/<resource>`` for other kinds, services,
 PVCs), the ``PriorityClass`` scope selector's ``limitedResources`` admission configuration,
-the ``CrossNamespacePodAffinity`` scope (it never matches here), in-place pod resize, and the
-table printer (``kubectl get quota`` shows Name and Created At only).
+the ``CrossNamespacePodAffinity`` scope (it never matches here) and in-place pod resize.
+``kubectl get quota`` gets upstream's table (Name, Age, Request, Limit).
 """
 
 from __future__ import annotations
@@ -523,3 +523,37 @@ class ResourceQuotaStrategy(kinds.Strategy):
         errs += _validate_resource_list(status.get("hard"), "status.hard")
         errs += _validate_resource_list(status.get("used"), "status.used")
         return errs
+
+    def table(self, objs: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
+        """``printResourceQuota``: "resource: used/hard" pairs, ``limits.*`` in Limit."""
+        columns = [
+            kinds._NAME_COL,
+            kinds._AGE_COL,
+            kinds._col(
+                "Request",
+                "Request represents a minimum amount of cpu/memory that a container may consume.",
+            ),
+            kinds._col(
+                "Limit",
+                "Limits control the maximum amount of cpu/memory that a container may use "
+                "independent of contention on the node.",
+            ),
+        ]
+        rows = []
+        for o in objs:
+            status = kinds._map(o.get("status"))
+            hard = kinds._map(status.get("hard"))
+            used = kinds._map(status.get("used"))
+            request: list[str] = []
+            limit: list[str] = []
+            for name in sorted(hard):
+                column = limit if name.split(".")[0] == "limits" and "." in name else request
+                column.append(f"{name}: {used.get(name, '0')}/{hard[name]}")
+            cells = [
+                kinds._str(kinds._meta(o).get("name")),
+                kinds._since(kinds._meta(o).get("creationTimestamp"), now),
+                ", ".join(request),
+                ", ".join(limit),
+            ]
+            rows.append(kinds._row(o, cells))
+        return kinds._table(columns, rows)

@@ -296,3 +296,24 @@ async def test_the_controller_fills_status_as_a_client_sees_it(core: k8s.CoreV1A
     [quota] = listed.items
     assert quota.status.hard == {"requests.gpusched.io/gpu": "4", "requests.memory": "1Gi"}
     assert quota.status.used == {"requests.gpusched.io/gpu": "0", "requests.memory": "0"}
+
+
+async def test_kubectl_get_quota_shows_used_over_hard(core: k8s.CoreV1Api) -> None:
+    hard = {"requests.gpusched.io/gpu": "4", "limits.ephemeral-storage": "1Gi", "pods": "10"}
+    await core.create_namespaced_resource_quota(NS, _quota("gpus", hard))
+    await core.create_namespaced_pod(NS, _shared("a", 3))
+    reply = await core.api_client.call_api(
+        f"/api/v1/namespaces/{NS}/resourcequotas",
+        "GET",
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        response_types_map={200: "object"},
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
+    assert [c["name"] for c in reply["columnDefinitions"]] == ["Name", "Age", "Request", "Limit"]
+    [row] = reply["rows"]
+    assert row["cells"][0] == "gpus"
+    assert row["cells"][2:] == [
+        "pods: 1/10, requests.gpusched.io/gpu: 3/4",
+        "limits.ephemeral-storage: 0/1Gi",
+    ]
