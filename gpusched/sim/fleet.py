@@ -8,7 +8,16 @@ each with the v1 ``Node`` a kubelet would report (GPU feature discovery labels, 
 its ``GPUNodeInventory`` (``source: simulated``, deterministic NVML-style UUIDs). The Node's
 GPU fields are derived from the inventory by the functions a real node uses
 (:func:`gpusched.inventory.node_labels`, :func:`gpusched.inventory.node_extended_resources`),
-so a scheduler sees one format. ``load_cluster_spec(name, nodes=N)`` rescales a spec to N
+so a scheduler sees one format. What the Node advertises is what the real node's device
+plugins would register: the NVIDIA device plugin's ``nvidia.com/gpu`` and MIG resources, and
+the gpusched node agent's ``gpusched.io/gpu``, one device per client slot of every GPU with
+MIG off (:data:`SHARED_CLIENTS_PER_GPU` slots per GPU, HAMi's default ``deviceSplitCount``
+design: its plugin registers ``nvidia.com/gpu`` as GPUs x split count), so the kubelet's
+device manager admits at most that many shared clients per node. ``gpusched.io/vram`` is not
+advertised: a device plugin counts devices, not bytes, and a per-GPU byte count cannot be a
+node-wide device count; as HAMi leaves ``nvidia.com/gpumem`` unadvertised, the kubelet then
+drops it from its admission check (``removeMissingExtendedResources``) and VRAM is counted by
+the scheduler alone. ``load_cluster_spec(name, nodes=N)`` rescales a spec to N
 nodes (largest remainder across pools), so one shipped spec serves any scale.
 
 :func:`apply_fleet` writes a fleet to any API server, real or simulated: the CRD (waiting for
@@ -72,6 +81,8 @@ __all__ = [
     "KUBELET_VERSION",
     "LABEL_POOL",
     "MIG_PROFILES",
+    "RESOURCE_SHARED_GPU",
+    "SHARED_CLIENTS_PER_GPU",
     "TOPOLOGY_PRESETS",
     "ClusterSpec",
     "ClusterSpecError",
@@ -96,6 +107,12 @@ __all__ = [
 ]
 
 KUBELET_VERSION: Final = "v1.32.0-gpusched-sim"
+RESOURCE_SHARED_GPU: Final = "gpusched.io/gpu"
+"""The extended resource a shared-GPU pod asks for; the node agent's device plugin
+advertises GPUs-with-MIG-off x :data:`SHARED_CLIENTS_PER_GPU` of it."""
+SHARED_CLIENTS_PER_GPU: Final = 10
+"""Client slots per GPU the node agent advertises: the default limit of clients per GPU
+(HAMi's default split count, issue 10), used when no policy says otherwise."""
 LABEL_POOL: Final = "gpusched.io/pool"
 """Label on every simulated Node naming its pool."""
 CRD_DIGEST_ANNOTATION: Final = "gpusched.io/crd-digest"
@@ -598,6 +615,7 @@ def _node_object(
     if inventory is not None:
         labels.update(node_labels(inventory))
         gpu_resources = node_extended_resources(inventory)
+        gpu_resources[RESOURCE_SHARED_GPU] = str(len(inventory.full_gpus) * SHARED_CLIENTS_PER_GPU)
     memory_ki = _bytes(pool.memory) // 1024
     storage = _bytes(pool.ephemeral_storage)
     capacity = {

@@ -5,10 +5,28 @@ grace 0), so it runs unchanged against the simulated API server or a real cluste
 GPU nodes have no kubelet (``gpusched sim kubelet --kubeconfig K``). For each pod bound to one
 of its nodes it does what a kubelet does that a scheduler can observe:
 
-- *admission*: the pod's requests (cpu, memory, pods, extended resources such as
-  ``nvidia.com/gpu``) are checked against the node's allocatable minus the pods it already
-  runs; a pod that does not fit fails with ``OutOf<resource>``, exactly as a real kubelet
-  rejects an over-committed pod. A scheduler that double-books GPUs is caught here.
+- *admission*: :func:`admission_failure`, the kubelet's two hard admit handlers in their order
+  (``pkg/kubelet/kubelet.go`` adds the container manager's resource allocator before the
+  predicate handler), so a scheduler that double-books GPUs is caught here:
+
+  1. the device manager (``pkg/kubelet/cm/devicemanager/manager.go``, ``devicesToAllocate``)
+     hands each container devices of every *device-plugin* resource in its limits; when too
+     few are free the pod fails with reason ``UnexpectedAdmissionError`` and "Allocate failed
+     due to requested number of devices unavailable for R. Requested: N, Available: M, which
+     is unexpected" (``pkg/kubelet/cm/admission/errors.go``). In the simulation every
+     extended resource a node advertises is served by a device plugin (the NVIDIA plugin for
+     ``nvidia.com/*``, the gpusched node agent for ``gpusched.io/gpu``: see
+     :mod:`gpusched.sim.fleet`), and its devices are its allocatable count.
+  2. the predicate handler (``pkg/kubelet/lifecycle/predicate.go``): first
+     ``removeMissingExtendedResources`` drops every extended resource the node does not
+     advertise at all (so ``gpusched.io/vram``, which no device plugin advertises, is never
+     checked by a kubelet: VRAM is the scheduler's to count), then ``noderesources.Fits``
+     checks, in this order, the pod count ("Too many pods"), cpu (in millicores), memory,
+     ephemeral-storage, then hugepages and extended resources (a zero request is skipped).
+     The first shortfall fails the pod with reason ``OutOf<resource>`` and "Node didn't have
+     enough resource: R, requested: N, used: U, capacity: C".
+
+  The status message is "Pod was rejected: " + that text, as ``kubelet.rejectPod`` writes it.
 - *running*: admitted pods go Running with the conditions, IPs and container statuses a
   kubelet reports;
 - *finishing*: a pod annotated ``sim.gpusched.io/duration: 90s`` (or ``5m``, ``1h``, a number of
@@ -28,6 +46,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -41,7 +60,11 @@ __all__ = [
     "DURATION_ANNOTATION",
     "SIMULATED_NODE_LABEL",
     "TERMINATION_ANNOTATION",
+    "UNEXPECTED_ADMISSION_ERROR",
+    "AdmissionFailure",
     "SimKubelet",
+    "admission_failure",
+    "is_extended_resource",
     "parse_duration",
     "pod_requests",
 ]
@@ -52,6 +75,9 @@ SIMULATED_NODE_LABEL = "sim.gpusched.io/kubelet"
 """Nodes carrying this label (value "true") are run by the simulated kubelet."""
 DURATION_ANNOTATION = "sim.gpusched.io/duration"
 TERMINATION_ANNOTATION = "sim.gpusched.io/termination-seconds"
+
+UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
+"""The reason a device manager's allocation failure gives (``cm/admission/errors.go``)."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
@@ -86,8 +112,89 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
     return total
 
 
-def _fmt(value: Fraction) -> str:
-    return str(int(value)) if value.denominator == 1 else f"{float(value):g}"
+def is_extended_resource(name: str) -> bool:
+    """``v1helper.IsExtendedResourceName``: a domain-prefixed name outside
+    ``kubernetes.io/`` (and not ``requests.*``); ``nvidia.com/gpu``, ``gpusched.io/vram``."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+@dataclass(frozen=True)
+class AdmissionFailure:
+    """Why a kubelet refuses a pod: the pod's ``status.reason`` and (unprefixed) message."""
+
+    reason: str
+    message: str
+
+
+# noderesources.Fits checks these before the scalar resources, in this order.
+_FIT_ORDER = ("cpu", "memory", "ephemeral-storage")
+
+
+def _int64(value: Fraction, resource: str) -> int:
+    """The int64 the kubelet prints: millicores for cpu (``MilliCPU``), else ``Value()``
+    (rounded up, as ``Quantity.Value`` does)."""
+    if resource == "cpu":
+        value *= 1000
+    return -((-value.numerator) // value.denominator)
+
+
+def admission_failure(
+    requests: Mapping[str, Fraction],
+    allocatable: Mapping[str, str],
+    used: Mapping[str, Fraction],
+    running_pods: int,
+) -> AdmissionFailure | None:
+    """What the kubelet's hard admission says of a pod with these effective ``requests``
+    (:func:`pod_requests`) on a node with ``allocatable``, where the admitted pods
+    (``running_pods`` of them) already request ``used``; None when it is admitted.
+
+    See the module docstring for the two handlers and where each rule comes from.
+    O(resources of the pod + resources of the node).
+    """
+    cap = {name: Fraction(parse_quantity(str(q))) for name, q in allocatable.items()}
+    # 1. The device manager: every advertised extended resource is a device-plugin resource.
+    for name in sorted(requests):
+        if not is_extended_resource(name) or name not in cap:
+            continue
+        want = requests[name]
+        if want == 0:
+            continue
+        free = max(cap[name] - used.get(name, Fraction(0)), Fraction(0))
+        if want > free:
+            return AdmissionFailure(
+                UNEXPECTED_ADMISSION_ERROR,
+                "Allocate failed due to requested number of devices unavailable for "
+                f"{name}. Requested: {_int64(want, name)}, Available: {_int64(free, name)}, "
+                "which is unexpected",
+            )
+    # 2. The predicate handler: removeMissingExtendedResources, then noderesources.Fits.
+    wanted = {
+        name: q
+        for name, q in requests.items()
+        if name != "pods" and not (is_extended_resource(name) and name not in cap)
+    }
+    allowed_pods = _int64(cap.get("pods", Fraction(0)), "pods")
+    if running_pods + 1 > allowed_pods:
+        return _out_of("pods", 1, running_pods, allowed_pods)
+    scalars = sorted(n for n in wanted if n not in _FIT_ORDER)
+    for name in (*_FIT_ORDER, *scalars):
+        want = wanted.get(name, Fraction(0))
+        if want == 0:
+            continue
+        have = used.get(name, Fraction(0))
+        total = cap.get(name, Fraction(0))
+        if want > total - have:
+            return _out_of(name, _int64(want, name), _int64(have, name), _int64(total, name))
+    return None
+
+
+def _out_of(resource: str, want: int, used: int, cap: int) -> AdmissionFailure:
+    # lifecycle.InsufficientResourceError: reason "OutOf<resource>", its Error() as message.
+    return AdmissionFailure(
+        f"OutOf{resource}",
+        f"Node didn't have enough resource: {resource}, requested: {want}, used: {used}, "
+        f"capacity: {cap}",
+    )
 
 
 class SimKubelet:
@@ -277,14 +384,12 @@ class SimKubelet:
         uid = pod["metadata"]["uid"]
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         used = self._used(node_name, uid)
-        for name, want in sorted(pod_requests(pod).items()):
-            if want == 0:
-                continue
-            cap = Fraction(parse_quantity(str(allocatable.get(name, "0"))))
-            have = used.get(name, Fraction(0))
-            if want > cap - have:
-                await self._reject(pod, name, want, have, cap)
-                return
+        failure = admission_failure(
+            pod_requests(pod), allocatable, used, int(used.get("pods", Fraction(0)))
+        )
+        if failure is not None:
+            await self._reject(pod, failure)
+            return
         self._running[uid] = (node_name, key)
         now = self.clock.now()
         ts = now.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -323,21 +428,16 @@ class SimKubelet:
         self.started += 1
         self._schedule_finish(updated)
 
-    async def _reject(
-        self, pod: dict[str, Any], resource: str, want: Fraction, used: Fraction, cap: Fraction
-    ) -> None:
+    async def _reject(self, pod: dict[str, Any], failure: AdmissionFailure) -> None:
         self.rejected += 1
-        message = (
-            f"Pod was rejected: Node didn't have enough resource: {resource}, requested: "
-            f"{_fmt(want)}, used: {_fmt(used)}, capacity: {_fmt(cap)}"
-        )
+        message = f"Pod was rejected: {failure.message}"  # kubelet.rejectPod's prefix
         log.warning(
             "kubelet: %s/%s: %s", pod["metadata"].get("namespace"), pod["metadata"]["name"], message
         )
         with contextlib.suppress(APINotFound, APIConflict):
             await self._patch_status(
                 pod,
-                {"phase": "Failed", "reason": f"OutOf{resource}", "message": message},
+                {"phase": "Failed", "reason": failure.reason, "message": message},
             )
 
     async def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from gpusched.sim import crd as crdlib
 from gpusched.sim import errors, kinds
 from gpusched.sim import field as fieldlib
 from gpusched.sim import patch as patchlib
+from gpusched.sim import quota as quotalib
 from gpusched.sim.selectors import (
     FieldSelector,
     LabelSelector,
@@ -217,6 +218,7 @@ class Registry:
         self.pending_crd_cleanups: list[str] = []  # deleted CRDs whose resources must go
         self._warnings: list[str] = []  # for the Warning headers of the current request
         self._install_builtins()
+        self.quotas = quotalib.QuotaTracker(store, clock)
 
     # ------------------------------------------------------------------ resources
 
@@ -291,6 +293,20 @@ class Registry:
         )
         self._builtin(
             "coordination.k8s.io", "v1", "leases", "Lease", True, allow_create_on_update=True
+        )
+        self.add_resource(
+            Resource(
+                group="",
+                version="v1",
+                plural="resourcequotas",
+                kind="ResourceQuota",
+                namespaced=True,
+                singular="resourcequota",
+                storage="resourcequotas",
+                strategy=quotalib.ResourceQuotaStrategy(),
+                short_names=("quota",),
+                subresources=("status",),
+            )
         )
         self._builtin(
             "apiextensions.k8s.io",
@@ -409,6 +425,8 @@ class Registry:
         if meta.get("resourceVersion"):
             raise errors.unexpected("resourceVersion should not be set on objects to be created")
         name = meta.get("name") or ""
+        # What admission errors call the object (extractResourceName): no name is generated yet.
+        admission_name = name or meta.get("generateName") or "Unknown"
         self._check_namespace(res, namespace, creating=True, name=name)
         if not name:
             prefix = meta.get("generateName") or ""
@@ -446,6 +464,9 @@ class Registry:
         res.strategy.prepare_for_create(obj)
         self._validate(res, list(res.strategy.validate_create(obj)), name)
         self._validate_custom(res, obj, name)
+        if res.storage == "pods" and namespace:
+            # The ResourceQuota admission plugin (validating, so after the object's validation).
+            quotalib.check_pod(obj, admission_name, self.quotas.quotas_in(namespace), self._now())
         existing = storage.get(key)
         if existing is not None:
             deleting = bool(existing.obj["metadata"].get("deletionTimestamp"))

@@ -281,6 +281,7 @@ class Store:
         self.window = window
         self.storages: dict[str, Storage] = {}
         self.on_delete: list[Callable[[str, Entry], None]] = []
+        self.on_write: list[Callable[[str, Entry], None]] = []
 
     def storage(
         self, name: str, fields_of: Callable[[dict[str, Any]], Mapping[str, str]]
@@ -325,6 +326,8 @@ class Store:
         prev = st.objects.get(key)
         st.objects[key] = entry
         st.record(self._event(st, "MODIFIED" if prev is not None else "ADDED", key, entry, prev))
+        for hook in self.on_write:
+            hook(st.name, entry)
         return entry
 
     def delete(self, st: Storage, key: str) -> Entry:

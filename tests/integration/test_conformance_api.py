@@ -535,6 +535,11 @@ DISCOVERED = [
         "/apis/events.k8s.io/v1",
         resource("events", "Event", True, STANDARD_VERBS, shortNames=["ev"]),
     ),
+    (
+        "/api/v1",
+        resource("resourcequotas", "ResourceQuota", True, STANDARD_VERBS, shortNames=["quota"]),
+    ),
+    ("/api/v1", resource("resourcequotas/status", "ResourceQuota", True, SUBRESOURCE_VERBS)),
     ("/apis/coordination.k8s.io/v1", resource("leases", "Lease", True, STANDARD_VERBS)),
     (
         "/apis/apiextensions.k8s.io/v1",

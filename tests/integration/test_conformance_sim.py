@@ -1,7 +1,8 @@
 """What only the simulation provides: simulated kubelets and injected faults.
 
 The kubelet behaviour mirrors what a real kubelet shows through the API (pod phases,
-conditions, admission failures as ``OutOf<resource>``, confirming terminations); faults are
+conditions, admission failures as the device manager and
+the lifecycle predicate report them, confirming terminations); faults are
 the errors, latency and cut streams a client must survive. All ``simonly``. Time passes on a
 ``FakeClock`` where the test needs it to; nothing sleeps.
 """
@@ -135,8 +136,9 @@ async def test_a_pod_with_a_duration_succeeds_when_the_clock_moves() -> None:
 
 
 async def test_an_over_committed_pod_fails_admission(fleet: Target) -> None:
-    """Kubelet admission (lifecycle predicate): requests beyond allocatable minus what runs
-    fail the pod with reason OutOf<resource> and "Pod was rejected: ..."."""
+    """Kubelet admission: nvidia.com/gpu is a device-plugin resource, so the device manager
+    (admitted before the lifecycle predicate) refuses a pod asking for more devices than are
+    free, with reason UnexpectedAdmissionError and "Pod was rejected: Allocate failed ..."."""
     core = fleet.core()
     await place(fleet, gpu_pod("big", 6))
     await wait_for(core.list_namespaced_pod, fleet.namespace, name="big", until=in_phase("Running"))
@@ -145,10 +147,10 @@ async def test_an_over_committed_pod_fails_admission(fleet: Target) -> None:
         core.list_namespaced_pod, fleet.namespace, name="late", until=in_phase("Failed", "Running")
     )
     assert phase(failed) == "Failed"
-    assert failed["status"]["reason"] == "OutOfnvidia.com/gpu"
+    assert failed["status"]["reason"] == "UnexpectedAdmissionError"
     assert failed["status"]["message"] == (
-        "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 4, "
-        "used: 6, capacity: 8"
+        "Pod was rejected: Allocate failed due to requested number of devices unavailable for "
+        "nvidia.com/gpu. Requested: 4, Available: 2, which is unexpected"
     )
 
 

@@ -581,6 +581,23 @@ def pod_errors(body: dict[str, Any]) -> list[str]:
             ],
         ),
         (
+            # gpusched's shared-GPU names follow the same extended-resource rules.
+            with_resources({"limits": {"gpusched.io/gpu": "1500m", "gpusched.io/vram": "20Gi"}}),
+            [
+                'spec.containers[0].resources.limits[gpusched.io/gpu]: Invalid value: "1500m": '
+                "must be an integer",
+                'spec.containers[0].resources.requests[gpusched.io/gpu]: Invalid value: "1500m": '
+                "must be an integer",
+            ],
+        ),
+        (
+            with_resources({"requests": {"gpusched.io/vram": "20Gi"}}),
+            [
+                "spec.containers[0].resources.limits: Required value: Limit must be set for "
+                "non overcommitable resources"
+            ],
+        ),
+        (
             with_resources({"requests": {"cpu": "-1"}}),
             [
                 'spec.containers[0].resources.requests[cpu]: Invalid value: "-1": must be '
