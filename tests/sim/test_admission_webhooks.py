@@ -7,6 +7,7 @@ patched, bound and deleted through it, as on a real cluster.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -34,6 +35,8 @@ class Hooks:
     url: str
     certs: ServingCerts
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set at teardown: lets a ``/hang`` call finish."""
 
     @property
     def ca_bundle(self) -> str:
@@ -88,6 +91,8 @@ def _handler(hooks: Hooks) -> web.Application:
                     }
                 )
             return web.json_response(_allow(req))
+        if path == "/hang":
+            await hooks.release.wait()
         if path == "/bad-uid":
             return web.json_response(_allow({"uid": "not-the-request-uid"}))
         return web.json_response(_allow(req))
@@ -116,6 +121,7 @@ async def hooks() -> AsyncIterator[Hooks]:
     port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     state.url = f"https://127.0.0.1:{port}"
     yield state
+    state.release.set()
     await runner.cleanup()
 
 
@@ -593,3 +599,35 @@ async def test_dry_run_is_told_and_writes_nothing(sim: SimCluster, hooks: Hooks)
     assert asked["options"]["dryRun"] == ["All"]
     with pytest.raises(APIError):
         await sim.kube.get(f"{PODS}/p")
+
+
+async def test_a_webhook_that_does_not_answer_in_time(sim: SimCluster, hooks: Hooks) -> None:
+    # timeoutSeconds is at least 1: this test waits one real second.
+    await register(
+        sim,
+        VWC,
+        "v",
+        webhook("v.gpusched.io", f"{hooks.url}/hang", hooks.ca_bundle, timeoutSeconds=1),
+    )
+    with pytest.raises(APIError) as err:
+        await sim.kube.create(PODS, pod("p"))
+    assert err.value.message.endswith(
+        f'failed to call webhook: Post "{hooks.url}/hang?timeout=1s": context deadline exceeded'
+    )
+
+
+async def test_strategic_merge_patch_merges_webhooks_by_name(sim: SimCluster) -> None:
+    await register(
+        sim,
+        VWC,
+        "v",
+        webhook("a.gpusched.io", DEAD_URL, ""),
+        webhook("b.gpusched.io", DEAD_URL, ""),
+    )
+    patched = await sim.kube.patch(
+        f"{VWC}/v",
+        {"webhooks": [{"name": "b.gpusched.io", "failurePolicy": "Ignore"}]},
+        "application/strategic-merge-patch+json",
+    )
+    policies = [(h["name"], h["failurePolicy"]) for h in patched["webhooks"]]
+    assert policies == [("a.gpusched.io", "Fail"), ("b.gpusched.io", "Ignore")]
