@@ -57,6 +57,7 @@ import ssl
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
@@ -68,7 +69,7 @@ from gpusched.sim import field as fieldlib
 from gpusched.sim import patch as patchlib
 from gpusched.sim.apimachinery import go_quote, is_dns1035_label, is_dns1123_subdomain
 from gpusched.sim.field import FieldError
-from gpusched.sim.kinds import Strategy
+from gpusched.sim.kinds import _AGE_COL, _NAME_COL, Strategy, _col, _row, _since, _table
 from gpusched.sim.selectors import LabelSelector, SelectorError, label_selector_from_object
 from gpusched.sim.store import Entry
 
@@ -414,6 +415,26 @@ class WebhookStrategy(Strategy):
 
     def validate_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
         return super().validate_update(new, old) + self._validate(new)
+
+    def table(self, objs: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
+        """``kubectl get``: Name, Webhooks (their number), Age, as upstream's printers."""
+        webhooks = _col(
+            "Webhooks",
+            "Webhooks indicates the number of webhooks registered in this configuration",
+            type_="integer",
+        )
+        rows = [
+            _row(
+                o,
+                [
+                    str((o.get("metadata") or {}).get("name") or ""),
+                    len(o.get("webhooks") or ()),
+                    _since((o.get("metadata") or {}).get("creationTimestamp"), now),
+                ],
+            )
+            for o in objs
+        ]
+        return _table([_NAME_COL, webhooks, _AGE_COL], rows)
 
 
 # =============================================================================================

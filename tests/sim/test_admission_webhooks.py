@@ -12,6 +12,7 @@ import base64
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from aiohttp import web
 
 from gpusched.kube.errors import APIError
 from gpusched.sim import SimCluster
-from gpusched.sim.admission import Attributes, denied_message, rule_matches
+from gpusched.sim.admission import Attributes, WebhookStrategy, denied_message, rule_matches
 from gpusched.sim.tls import ServingCerts, make_serving_certs
 
 MWC = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -631,3 +632,14 @@ async def test_strategic_merge_patch_merges_webhooks_by_name(sim: SimCluster) ->
     )
     policies = [(h["name"], h["failurePolicy"]) for h in patched["webhooks"]]
     assert policies == [("a.gpusched.io", "Fail"), ("b.gpusched.io", "Ignore")]
+
+
+def test_kubectl_columns() -> None:
+    now = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+    obj = {
+        "metadata": {"name": "v", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "webhooks": [{"name": "a.b.c"}, {"name": "d.e.f"}],
+    }
+    table = WebhookStrategy(mutating=False).table([obj], now)
+    assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Webhooks", "Age"]
+    assert table["rows"][0]["cells"] == ["v", 2, "5m"]
