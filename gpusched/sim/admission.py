@@ -44,6 +44,9 @@ Differences from kube-apiserver (all observable):
   them while preparing the object); upstream decodes with defaults first.
 * Of several validating denials, the first in configuration order answers (upstream: the
   first to finish).
+* Only ``admission.k8s.io/v1`` reviews are sent (``admissionReviewVersions`` must list v1 to be
+  useful; upstream would fall back to v1beta1); ``userInfo`` is always the kubeconfig's user,
+  ``gpusched-sim`` in ``system:masters``.
 """
 
 from __future__ import annotations
@@ -855,6 +858,7 @@ class Admission:
         registry = self.registry
         if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
             return registry.create(res, namespace, body, dry_run=dry_run, strict=strict)
+        _type_meta(body, res)
         meta = body.setdefault("metadata", {})
         if res.namespaced and namespace and not meta.get("namespace"):
             meta["namespace"] = namespace
@@ -899,7 +903,7 @@ class Admission:
             )
             if warnings is not None:
                 attrs.warnings = warnings
-            obj = await self.mutate(attrs, _copy(body))
+            obj = await self.mutate(attrs, _type_meta(_copy(body), res))
             assert obj is not None
             trial, _ = registry.update(res, namespace, name, _copy(obj), subresource, True, strict)
             await self.validate(attrs, trial.copy())
@@ -987,6 +991,8 @@ class Admission:
         if not isinstance(meta, dict):
             meta = body["metadata"] = {}
         meta.setdefault("namespace", namespace)
+        body.setdefault("kind", "Binding")
+        body.setdefault("apiVersion", "v1")
         attrs = self._attrs(
             pods, namespace, name or str(meta.get("name") or ""), "binding", "CREATE", None, False
         )
@@ -1018,3 +1024,12 @@ def _reason(exc: aiohttp.ClientError) -> str:
         text = (os.strerror(err.errno) if err.errno else str(err)).lower()
         return f"dial tcp {exc.host}:{exc.port}: connect: {text}"
     return str(exc) or type(exc).__name__
+
+
+def _type_meta(obj: dict[str, Any], res: Resource) -> dict[str, Any]:
+    """Kind and apiVersion, which a decoded object always has upstream."""
+    if not obj.get("kind"):
+        obj["kind"] = res.kind
+    if not obj.get("apiVersion"):
+        obj["apiVersion"] = res.api_version
+    return obj

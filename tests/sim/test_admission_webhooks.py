@@ -331,6 +331,8 @@ async def test_mutating_in_name_order_then_validating_on_the_result(
     assert created["metadata"]["labels"]["order"] == "acd"
     seen = hooks.asked("/deny")[-1]
     assert seen["object"]["metadata"]["labels"]["order"] == "acd"
+    assert (seen["object"]["kind"], seen["object"]["apiVersion"]) == ("Pod", "v1")
+    assert hooks.asked("/order-a")[0]["object"]["kind"] == "Pod"
     assert seen["object"]["metadata"]["uid"]  # validating webhooks see the server's fields
     assert seen["operation"] == "CREATE"
     assert seen["oldObject"] is None
