@@ -925,16 +925,20 @@ class Admission:
                 attrs.warnings = warnings
             obj = await self.mutate(attrs, _type_meta(_copy(body), res))
             assert obj is not None
-            trial, _ = registry.update(res, namespace, name, _copy(obj), subresource, True, strict)
-            await self.validate(attrs, trial.copy())
             if not user_rv:
                 obj.setdefault("metadata", {})["resourceVersion"] = current.obj["metadata"][
                     "resourceVersion"
                 ]
             try:
+                # Both writes carry the version admitted against: a write that came in during
+                # a webhook call is a conflict, and admission runs again on the new version.
+                trial, _ = registry.update(
+                    res, namespace, name, _copy(obj), subresource, True, strict
+                )
+                await self.validate(attrs, trial.copy())
                 return registry.update(res, namespace, name, obj, subresource, dry_run, strict)
             except errors.APIError as exc:
-                if exc.code != 409 or user_rv or attempt == _MAX_CALL_ATTEMPTS - 1:
+                if exc.reason != "Conflict" or user_rv or attempt == _MAX_CALL_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")
 
@@ -977,14 +981,14 @@ class Admission:
             mutated = await self.mutate(attrs, trial.copy())
             assert mutated is not None
             mutated["metadata"]["resourceVersion"] = current.obj["metadata"]["resourceVersion"]
-            checked, _ = registry.update(
-                res, namespace, name, _copy(mutated), subresource, True, strict
-            )
-            await self.validate(attrs, checked.copy())
             try:
+                checked, _ = registry.update(
+                    res, namespace, name, _copy(mutated), subresource, True, strict
+                )
+                await self.validate(attrs, checked.copy())
                 return registry.update(res, namespace, name, mutated, subresource, dry_run, strict)
             except errors.APIError as exc:
-                if exc.code != 409 or attempt == _MAX_CALL_ATTEMPTS - 1:
+                if exc.reason != "Conflict" or attempt == _MAX_CALL_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +37,8 @@ class Hooks:
     certs: ServingCerts
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    interfere: Callable[[], Awaitable[Any]] | None = None
+    """Awaited by the first ``/interfere`` call: a write racing the admitted one."""
     """Set at teardown: lets a ``/hang`` call finish."""
 
     @property
@@ -92,6 +94,13 @@ def _handler(hooks: Hooks) -> web.Application:
                     }
                 )
             return web.json_response(_allow(req))
+        if path == "/interfere":
+            if hooks.interfere is not None:
+                racing, hooks.interfere = hooks.interfere, None
+                await racing()
+            return web.json_response(
+                _allow(req, [{"op": "add", "path": "/metadata/labels/mutated", "value": "yes"}])
+            )
         if path == "/hang":
             await hooks.release.wait()
         if path == "/bad-uid":
@@ -645,3 +654,29 @@ def test_kubectl_columns() -> None:
     table = WebhookStrategy(mutating=False).table([obj], now)
     assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "Webhooks", "Age"]
     assert table["rows"][0]["cells"] == ["v", 2, "5m"]
+
+
+async def test_a_write_racing_admission_makes_it_run_again(sim: SimCluster, hooks: Hooks) -> None:
+    await sim.kube.create(PODS, pod("p", {"keep": "1"}))
+    await register(
+        sim,
+        MWC,
+        "m",
+        webhook(
+            "m.gpusched.io", f"{hooks.url}/interfere", hooks.ca_bundle, rules=[_rule(["UPDATE"])]
+        ),
+    )
+
+    async def racing() -> None:
+        await sim.kube.patch(f"{PODS}/p", {"metadata": {"labels": {"other": "1"}}})
+
+    hooks.interfere = racing
+    patched = await sim.kube.patch(f"{PODS}/p", {"metadata": {"labels": {"new": "1"}}})
+    # The racing write landed first; the patch was applied again on top of it, and admitted again.
+    assert patched["metadata"]["labels"] == {
+        "keep": "1",
+        "other": "1",
+        "new": "1",
+        "mutated": "yes",
+    }
+    assert len(hooks.asked("/interfere")) == 3
