@@ -19,7 +19,9 @@ webhook (gpusched's own, or any other) can be tested end to end against ``SimClu
   groups, versions, ``resource``, ``resource/sub``, ``*``, ``*/*``, ``pods/*``, scope; the
   ``namespaceSelector`` looks at the namespace's labels (a Namespace's own labels when the
   object is one; cluster-scoped objects always match); the ``objectSelector`` matches when the
-  object's or the old object's labels match.
+  object's or the old object's labels match. Webhook configurations themselves are never sent
+  to a webhook (upstream's guard against locking them); ``response.warnings`` become the
+  reply's ``Warning`` headers.
 
 Why a dry run: the registry is synchronous (a request is atomic between two awaits, as etcd's
 transactions make it) and webhooks are HTTP calls. An update is therefore admitted against the
@@ -97,8 +99,8 @@ log = logging.getLogger(__name__)
 GROUP: Final = "admissionregistration.k8s.io"
 MUTATING_KIND: Final = "MutatingWebhookConfiguration"
 VALIDATING_KIND: Final = "ValidatingWebhookConfiguration"
-MUTATING_STORAGE: Final = f"mutatingwebhookconfigurations.{GROUP}"
-VALIDATING_STORAGE: Final = f"validatingwebhookconfigurations.{GROUP}"
+_MUTATING_STORAGE: Final = f"mutatingwebhookconfigurations.{GROUP}"
+_VALIDATING_STORAGE: Final = f"validatingwebhookconfigurations.{GROUP}"
 USER_INFO: Final[Mapping[str, Any]] = {
     # The one user of the simulation: the kubeconfig's bearer token, a cluster admin.
     "username": "gpusched-sim",
@@ -581,7 +583,7 @@ class Admission:
         """Whether any configuration is stored (O(1): the hot path's only cost without any)."""
         storages = self.registry.store.storages
         return bool(
-            len(storages[MUTATING_STORAGE].objects) or len(storages[VALIDATING_STORAGE].objects)
+            len(storages[_MUTATING_STORAGE].objects) or len(storages[_VALIDATING_STORAGE].objects)
         )
 
     def _hooks(self, storage: str) -> list[dict[str, Any]]:
@@ -599,7 +601,7 @@ class Admission:
         probes = [replace(attrs, operation=op) for op in operations]
         return any(
             rule_matches(rule, probe)
-            for storage in (MUTATING_STORAGE, VALIDATING_STORAGE)
+            for storage in (_MUTATING_STORAGE, _VALIDATING_STORAGE)
             for hook in self._hooks(storage)
             for rule in hook.get("rules") or ()
             for probe in probes
@@ -631,7 +633,7 @@ class Admission:
 
     async def mutate(self, attrs: Attributes, obj: dict[str, Any] | None) -> dict[str, Any] | None:
         """Run the matching mutating webhooks in order; the object as the last one left it."""
-        for hook in self._hooks(MUTATING_STORAGE):
+        for hook in self._hooks(_MUTATING_STORAGE):
             if not self._matches(hook, attrs, obj):
                 continue
             response = await self._call(hook, attrs, obj, mutating=True)
@@ -644,7 +646,7 @@ class Admission:
 
     async def validate(self, attrs: Attributes, obj: dict[str, Any] | None) -> None:
         """Run the matching validating webhooks concurrently; raise the first denial."""
-        hooks = [h for h in self._hooks(VALIDATING_STORAGE) if self._matches(h, attrs, obj)]
+        hooks = [h for h in self._hooks(_VALIDATING_STORAGE) if self._matches(h, attrs, obj)]
         if not hooks:
             return
         results = await asyncio.gather(

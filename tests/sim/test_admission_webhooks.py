@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from gpusched.kube.errors import APIError
-from gpusched.sim import SimCluster
+from gpusched.sim import SimCluster, admission
 from gpusched.sim.admission import Attributes, WebhookStrategy, denied_message, rule_matches
 from gpusched.sim.tls import ServingCerts, make_serving_certs
 
@@ -680,3 +680,18 @@ async def test_a_write_racing_admission_makes_it_run_again(sim: SimCluster, hook
         "mutated": "yes",
     }
     assert len(hooks.asked("/interfere")) == 3
+
+
+def test_all_is_complete() -> None:
+    assert sorted(admission.__all__) == [
+        "Admission",
+        "Attributes",
+        "GROUP",
+        "MUTATING_KIND",
+        "USER_INFO",
+        "VALIDATING_KIND",
+        "WebhookStrategy",
+        "denied_message",
+        "rule_matches",
+    ]
+    assert all(hasattr(admission, name) for name in admission.__all__)
