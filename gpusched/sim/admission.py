@@ -107,13 +107,14 @@ USER_INFO: Final[Mapping[str, Any]] = {
     "groups": ["system:masters", "system:authenticated"],
 }
 
-_OPERATIONS: Final = ("*", "CREATE", "UPDATE", "DELETE", "CONNECT")
-_SCOPES: Final = ("Cluster", "Namespaced", "*")
-_FAILURE_POLICIES: Final = ("Ignore", "Fail")
-_MATCH_POLICIES: Final = ("Exact", "Equivalent")
+# Sorted, as upstream's sets.String.List() lists them in "supported values".
+_OPERATIONS: Final = ("*", "CONNECT", "CREATE", "DELETE", "UPDATE")
+_SCOPES: Final = ("*", "Cluster", "Namespaced")
+_FAILURE_POLICIES: Final = ("Fail", "Ignore")
+_MATCH_POLICIES: Final = ("Equivalent", "Exact")
 _SIDE_EFFECTS_V1: Final = ("None", "NoneOnDryRun")
-_REINVOCATION: Final = ("Never", "IfNeeded")
-_REVIEW_VERSIONS: Final = ("v1", "v1beta1")  # what the server can send
+_REINVOCATION: Final = ("IfNeeded", "Never")
+_REVIEW_VERSIONS: Final = ("v1", "v1beta1")  # AcceptedAdmissionReviewVersions
 _DEFAULT_TIMEOUT: Final = 10
 _MAX_CALL_ATTEMPTS: Final = 5  # re-admissions after a conflicting write in between
 
@@ -242,70 +243,89 @@ def _validate_selector(selector: Any, path: str) -> list[FieldError]:
 
 def _validate_url(url: str, path: str) -> list[FieldError]:
     """``webhook.ValidateWebhookURL`` (https only, a host, no user, query or fragment)."""
+    form = "; desired format: https://host[/path]"
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        return [fieldlib.invalid(path, url, f"url must be a valid URL: {exc}")]
+        return [fieldlib.required(path, f"url must be a valid URL: {exc}{form}")]
     errs: list[FieldError] = []
     if parts.scheme != "https":
-        errs.append(fieldlib.invalid(path, parts.scheme, "'https' is the only allowed URL scheme"))
-    if not parts.hostname:
-        errs.append(fieldlib.invalid(path, parts.netloc, "host must be specified"))
-    if parts.username is not None or parts.password is not None:
-        errs.append(fieldlib.invalid(path, parts.netloc, "user information is not permitted"))
+        errs.append(
+            fieldlib.invalid(path, parts.scheme, "'https' is the only allowed URL scheme" + form)
+        )
+    host = parts.netloc.rpartition("@")[2]
+    if not host:
+        errs.append(fieldlib.invalid(path, host, "host must be provided" + form))
+    if "@" in parts.netloc:
+        user = parts.netloc.rpartition("@")[0]
+        errs.append(fieldlib.invalid(path, user, "user information is not permitted in the URL"))
     if parts.fragment:
-        errs.append(fieldlib.invalid(path, parts.fragment, "fragments are not permitted"))
+        errs.append(
+            fieldlib.invalid(path, parts.fragment, "fragments are not permitted in the URL")
+        )
     if parts.query:
-        errs.append(fieldlib.invalid(path, parts.query, "query parameters are not permitted"))
+        errs.append(
+            fieldlib.invalid(path, parts.query, "query parameters are not permitted in the URL")
+        )
     return errs
 
 
-def _validate_client_config(config: Any, path: str) -> list[FieldError]:
-    config = config if isinstance(config, dict) else {}
-    url, service = config.get("url"), config.get("service")
-    if (url is None) == (service is None):
-        return [fieldlib.required(path, "exactly one of url or service is required")]
-    if url is not None:
-        return _validate_url(str(url), f"{path}.url")
+def _validate_service(service: Mapping[str, Any], path: str) -> list[FieldError]:
+    """``webhook.ValidateWebhookService`` (the port defaulted to 443 first)."""
     errs: list[FieldError] = []
-    service = service if isinstance(service, dict) else {}
-    spath = f"{path}.service"
     if not service.get("name"):
-        errs.append(fieldlib.required(f"{spath}.name", "service name is required"))
+        errs.append(fieldlib.required(f"{path}.name", "service name is required"))
     if not service.get("namespace"):
-        errs.append(fieldlib.required(f"{spath}.namespace", "service namespace is required"))
+        errs.append(fieldlib.required(f"{path}.namespace", "service namespace is required"))
     port = service.get("port", 443)
     if not isinstance(port, int) or not 1 <= port <= 65535:
         errs.append(
             fieldlib.invalid(
-                f"{spath}.port", port, "port is not valid: must be between 1 and 65535"
+                f"{path}.port", port, "port is not valid: must be between 1 and 65535, inclusive"
             )
         )
-    svc_path = service.get("path")
-    if svc_path is not None and not str(svc_path).startswith("/"):
-        errs.append(fieldlib.invalid(f"{spath}.path", svc_path, "must start with a '/'"))
+    url_path = service.get("path")
+    if url_path is None or url_path in ("", "/"):
+        return errs
+    url_path = str(url_path)
+    if url_path == "//":
+        return [*errs, fieldlib.invalid(f"{path}.path", url_path, "segment[0] may not be empty")]
+    if not url_path.startswith("/"):
+        errs.append(fieldlib.invalid(f"{path}.path", url_path, "must start with a '/'"))
+    steps = url_path[1:].removesuffix("/").split("/")
+    for i, step in enumerate(steps):
+        if not step:
+            errs.append(
+                fieldlib.invalid(f"{path}.path", url_path, f"segment[{i}] may not be empty")
+            )
+            continue
+        errs.extend(
+            fieldlib.invalid(f"{path}.path", url_path, f"segment[{i}]: {m}")
+            for m in is_dns1123_subdomain(step)
+        )
     return errs
 
 
 def _validate_webhook(hook: Any, path: str, mutating: bool) -> list[FieldError]:
-    """``validateMutatingWebhook`` / ``validateValidatingWebhook`` for the v1 API."""
+    """``validateMutatingWebhook`` / ``validateValidatingWebhook`` for the v1 API, in their
+    order (admissionReviewVersions and name uniqueness are the configuration's checks)."""
     if not isinstance(hook, dict):
         return [fieldlib.invalid(path, fieldlib.struct(hook), "must be an object")]
     errs: list[FieldError] = []
-    name = hook.get("name") or ""
-    # utilvalidation.IsFullyQualifiedName
+    name = str(hook.get("name") or "")
+    # utilvalidation.IsFullyQualifiedName: the first problem only.
     if not name:
         errs.append(fieldlib.required(f"{path}.name", ""))
-    else:
-        errs.extend(fieldlib.invalid(f"{path}.name", name, m) for m in is_dns1123_subdomain(name))
-        if len(name.split(".")) < 3:
-            errs.append(
-                fieldlib.invalid(
-                    f"{path}.name",
-                    name,
-                    "should be a domain with at least three segments separated by dots",
-                )
+    elif dns := is_dns1123_subdomain(name):
+        errs.append(fieldlib.invalid(f"{path}.name", name, ",".join(dns)))
+    elif len(name.split(".")) < 3:
+        errs.append(
+            fieldlib.invalid(
+                f"{path}.name",
+                name,
+                "should be a domain with at least three segments separated by dots",
             )
+        )
     for j, rule in enumerate(hook.get("rules") or []):
         errs.extend(_validate_rule(rule if isinstance(rule, dict) else {}, f"{path}.rules[{j}]"))
     policy = hook.get("failurePolicy")
@@ -317,11 +337,12 @@ def _validate_webhook(hook: Any, path: str, mutating: bool) -> list[FieldError]:
     side = hook.get("sideEffects")
     if side is None:
         errs.append(
-            fieldlib.required(f"{path}.sideEffects", "must specify one of None, NoneOnDryRun")
+            fieldlib.required(
+                f"{path}.sideEffects", "must specify one of " + ", ".join(_SIDE_EFFECTS_V1)
+            )
         )
     elif side not in _SIDE_EFFECTS_V1:
         errs.append(fieldlib.not_supported(f"{path}.sideEffects", side, _SIDE_EFFECTS_V1))
-    errs.extend(_validate_review_versions(hook.get("admissionReviewVersions"), path))
     timeout = hook.get("timeoutSeconds")
     if timeout is not None and (not isinstance(timeout, int) or not 1 <= timeout <= 30):
         errs.append(
@@ -333,13 +354,24 @@ def _validate_webhook(hook: Any, path: str, mutating: bool) -> list[FieldError]:
         )
     errs.extend(_validate_selector(hook.get("namespaceSelector"), f"{path}.namespaceSelector"))
     errs.extend(_validate_selector(hook.get("objectSelector"), f"{path}.objectSelector"))
-    errs.extend(_validate_client_config(hook.get("clientConfig"), f"{path}.clientConfig"))
     if mutating:
         reinvoke = hook.get("reinvocationPolicy")
         if reinvoke is not None and reinvoke not in _REINVOCATION:
             errs.append(
                 fieldlib.not_supported(f"{path}.reinvocationPolicy", reinvoke, _REINVOCATION)
             )
+    config = hook.get("clientConfig")
+    config = config if isinstance(config, dict) else {}
+    url, service = config.get("url"), config.get("service")
+    if (url is None) == (service is None):
+        errs.append(
+            fieldlib.required(f"{path}.clientConfig", "exactly one of url or service is required")
+        )
+    elif url is not None:
+        errs.extend(_validate_url(str(url), f"{path}.clientConfig.url"))
+    else:
+        service = service if isinstance(service, dict) else {}
+        errs.extend(_validate_service(service, f"{path}.clientConfig.service"))
     if hook.get("matchConditions"):
         errs.append(
             fieldlib.forbidden(
@@ -352,32 +384,21 @@ def _validate_webhook(hook: Any, path: str, mutating: bool) -> list[FieldError]:
 
 
 def _validate_review_versions(versions: Any, path: str) -> list[FieldError]:
-    """``validateAdmissionReviewVersions`` (required for v1; must include one we can send)."""
-    p = f"{path}.admissionReviewVersions"
-    values = list(versions or [])
+    """``validateAdmissionReviewVersions`` (required; must include one the server sends)."""
+    accepted = ", ".join(_REVIEW_VERSIONS)
+    values = [str(v) for v in versions or []]
     if not values:
-        return [
-            fieldlib.required(
-                p,
-                "must specify one of " + ", ".join(go_quote(v) for v in _REVIEW_VERSIONS),
-            )
-        ]
+        return [fieldlib.required(path, f"must specify one of {accepted}")]
     errs: list[FieldError] = []
     seen: set[str] = set()
     for i, v in enumerate(values):
-        text = str(v)
-        if text in seen:
-            errs.append(fieldlib.invalid(f"{p}[{i}]", text, "duplicate version"))
-        seen.add(text)
-        errs.extend(fieldlib.invalid(f"{p}[{i}]", text, m) for m in is_dns1035_label(text))
+        if v in seen:
+            errs.append(fieldlib.invalid(f"{path}[{i}]", v, "duplicate version"))
+            continue
+        seen.add(v)
+        errs.extend(fieldlib.invalid(f"{path}[{i}]", v, m) for m in is_dns1035_label(v))
     if not seen & set(_REVIEW_VERSIONS):
-        errs.append(
-            fieldlib.invalid(
-                p,
-                values,
-                "must include at least one of " + ", ".join(go_quote(v) for v in _REVIEW_VERSIONS),
-            )
-        )
+        errs.append(fieldlib.invalid(path, values, f"must include at least one of {accepted}"))
     return errs
 
 
@@ -409,11 +430,14 @@ class WebhookStrategy(Strategy):
         for i, hook in enumerate(hooks):
             path = f"webhooks[{i}]"
             errs.extend(_validate_webhook(hook, path, self.mutating))
+            versions = hook.get("admissionReviewVersions") if isinstance(hook, dict) else None
+            errs.extend(_validate_review_versions(versions, f"{path}.admissionReviewVersions"))
             name = hook.get("name") if isinstance(hook, dict) else None
             if name:
                 if name in names:
                     errs.append(fieldlib.duplicate(f"{path}.name", name))
-                names.add(name)
+                else:
+                    names.add(name)
         return errs
 
     def validate_create(self, obj: dict[str, Any]) -> list[FieldError]:

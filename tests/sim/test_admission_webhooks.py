@@ -214,12 +214,30 @@ def _bad(**changes: Any) -> dict[str, Any]:
         ([_bad(), _bad()], 'webhooks[1].name: Duplicate value: "a.gpusched.io"'),
         ([_bad(sideEffects=None)], "webhooks[0].sideEffects: Required value"),
         ([_bad(sideEffects="Some")], 'webhooks[0].sideEffects: Unsupported value: "Some"'),
-        ([_bad(failurePolicy="Maybe")], 'webhooks[0].failurePolicy: Unsupported value: "Maybe"'),
+        (
+            [_bad(failurePolicy="Maybe")],
+            'webhooks[0].failurePolicy: Unsupported value: "Maybe": supported values: "Fail", '
+            '"Ignore"',
+        ),
+        (
+            [_bad(sideEffects=None)],
+            "webhooks[0].sideEffects: Required value: must specify one of None, NoneOnDryRun",
+        ),
+        (
+            [_bad(clientConfig={"service": {"namespace": "a", "name": "b", "path": "/x//y"}})],
+            'webhooks[0].clientConfig.service.path: Invalid value: "/x//y": segment[1] may not '
+            "be empty",
+        ),
+        (
+            [_bad(clientConfig={"url": "https://u:p@x/"})],
+            'webhooks[0].clientConfig.url: Invalid value: "u:p": user information is not '
+            "permitted in the URL",
+        ),
         ([_bad(matchPolicy="Loose")], 'webhooks[0].matchPolicy: Unsupported value: "Loose"'),
         ([_bad(timeoutSeconds=31)], "the timeout value must be between 1 and 30 seconds"),
         ([_bad(timeoutSeconds=0)], "the timeout value must be between 1 and 30 seconds"),
         ([_bad(admissionReviewVersions=None)], "admissionReviewVersions: Required value"),
-        ([_bad(admissionReviewVersions=["v2"])], 'must include at least one of "v1", "v1beta1"'),
+        ([_bad(admissionReviewVersions=["v2"])], "must include at least one of v1, v1beta1"),
         ([_bad(clientConfig={})], "exactly one of url or service is required"),
         (
             [_bad(clientConfig={"url": "https://x/", "service": {"namespace": "a", "name": "b"}})],
