@@ -544,7 +544,11 @@ def _selector(obj: Any) -> LabelSelector:
 
 
 def denied_message(webhook: str, status: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``webhookerrors.ToStatusErr``: the Status of a denial (code at least 400)."""
+    """``webhookerrors.ToStatusErr`` as of v1.32: the Status of a denial (code at least 400).
+
+    Newer upstream releases also prefix ``<resource> "<name>" is forbidden:`` and default the
+    code to 403; the simulation follows the version it serves.
+    """
     result = dict(status or {})
     denied_by = f"admission webhook {go_quote(webhook)} denied the request"
     code = result.get("code")
