@@ -4,6 +4,7 @@
 - ``kinds``, ``crd``, ``patch``, ``selectors``  per-kind strategies, CRD schemas, patch types,
   label/field selectors, each following its upstream counterpart;
 - ``field``, ``errors``  apimachinery's field errors and the Status of every failure;
+- ``admission``  admission webhooks (Mutating/ValidatingWebhookConfiguration) the server calls;
 - ``faults``  injected errors, latency and cut watch streams;
 - ``kubelet``  simulated kubelets (an API client, usable against real clusters too);
 - ``fleet``  GPU fleet specs and their nodes and inventories;

@@ -91,6 +91,14 @@ class SimCluster:
     def url(self) -> str:
         return self.server.url
 
+    def map_service(self, namespace: str, name: str, url: str, port: int = 443) -> None:
+        """Send admission webhook calls addressed to the Service ``namespace/name:port``
+        (``clientConfig.service``) to ``url``, e.g. ``https://127.0.0.1:8443``; the service's
+        ``path`` is appended. The simulation has no Service networking: this is the one
+        difference from a real cluster. TLS is verified against the webhook's ``caBundle``
+        for the name ``<name>.<namespace>.svc``, as kube-apiserver does."""
+        self.server.admission.map_service(namespace, name, url, port)
+
     def configuration(self) -> k8s_client.Configuration:
         """A kubernetes-asyncio Configuration for this cluster (as loaded from the kubeconfig)."""
         configuration = k8s_client.Configuration()

@@ -654,6 +654,9 @@ def _build_strategies() -> dict[tuple[str, str], tuple[str, str]]:
         "ConfigMap": {},
         "Secret": {},
         "CustomResourceDefinition": {},
+        # admissionregistration/v1: webhooks merge by name.
+        "MutatingWebhookConfiguration": {"webhooks": ("merge", "name")},
+        "ValidatingWebhookConfiguration": {"webhooks": ("merge", "name")},
     }
     table: dict[tuple[str, str], tuple[str, str]] = {}
     for kind, fields in per_kind.items():

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from gpusched.sim import admission as admissionlib
 from gpusched.sim import crd as crdlib
 from gpusched.sim import errors, kinds
 from gpusched.sim import field as fieldlib
@@ -245,6 +246,7 @@ class Registry:
         short_names: tuple[str, ...] = (),
         subresources: tuple[str, ...] = (),
         storage: str | None = None,
+        strategy: kinds.Strategy | None = None,
         **extra: Any,
     ) -> None:
         self.add_resource(
@@ -256,7 +258,7 @@ class Registry:
                 namespaced=namespaced,
                 singular=kind.lower(),
                 storage=storage or (f"{plural}.{group}" if group else plural),
-                strategy=kinds.strategy_for(group, kind),
+                strategy=strategy or kinds.strategy_for(group, kind),
                 short_names=short_names,
                 subresources=subresources,
                 **extra,
@@ -318,6 +320,17 @@ class Registry:
             ("status",),
             categories=("api-extensions",),
         )
+        for mutating in (True, False):
+            webhooks = admissionlib.WebhookStrategy(mutating)
+            self._builtin(
+                admissionlib.GROUP,
+                "v1",
+                webhooks.resource,
+                webhooks.kind,
+                False,
+                categories=("api-extensions",),
+                strategy=webhooks,
+            )
 
     def resource(self, group: str, version: str, plural: str) -> Resource | None:
         return self.resources.get((group, version, plural))

@@ -9,7 +9,8 @@ Every request must carry the bearer token written into the kubeconfig (401 other
 the health endpoints.
 
 The REST semantics live in ``registry.Registry``; this module parses requests, applies
-injected faults, and streams watch events (with bookmarks and server-side timeouts).
+injected faults, calls admission webhooks (``admission.Admission``, only when a webhook
+configuration exists), and streams watch events (with bookmarks and server-side timeouts).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from multidict import MultiDict
 
 from gpusched import __version__
 from gpusched.sim import errors, openapi
+from gpusched.sim.admission import Admission
 from gpusched.sim.faults import Faults
 from gpusched.sim.registry import Clock, ListResult, Registry, Resource
 from gpusched.sim.store import Entry, Store, dumps
@@ -119,6 +121,7 @@ class APIServer:
         self.clock: Clock = clock or (lambda: datetime.now(UTC))
         self.store = Store(window=window)
         self.registry = Registry(self.store, self.clock)
+        self.admission = Admission(self.registry)
         self.bookmark_interval = bookmark_interval
         self.requests = 0
         self._runner: web.AppRunner | None = None
@@ -168,6 +171,7 @@ class APIServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.admission.close()
         if self.certs is not None:
             shutil.rmtree(self.certs.directory, ignore_errors=True)
             self.certs = None
@@ -374,32 +378,53 @@ class APIServer:
             if table:
                 return _json_response(self._table(res, [entry], None))
             return web.Response(body=entry.raw, content_type=_JSON)
+        admission = self.admission if self.admission.active() else None
+        hook_warnings: list[str] = []
         if verb == "create":
             if route.subresource:
                 raise errors.method_not_allowed()
             body = await _read_body(request)
-            entry = registry.create(res, ns, body, dry_run=dry_run, strict=strict)
-            return self._written(entry, created=True)
+            if admission is not None:
+                entry = await admission.create(res, ns, body, dry_run, strict, hook_warnings)
+            else:
+                entry = registry.create(res, ns, body, dry_run=dry_run, strict=strict)
+            return self._written(entry, True, hook_warnings)
         if verb == "update":
             body = await _read_body(request)
             sub = "" if route.subresource == "finalize" else route.subresource
-            entry, created = registry.update(res, ns, route.name, body, sub, dry_run, strict)
-            return self._written(entry, created)
+            if admission is not None:
+                entry, created = await admission.update(
+                    res, ns, route.name, body, sub, dry_run, strict, hook_warnings
+                )
+            else:
+                entry, created = registry.update(res, ns, route.name, body, sub, dry_run, strict)
+            return self._written(entry, created, hook_warnings)
         if verb == "patch":
             raw = await request.read()
-            entry, created = registry.patch(
-                res,
-                ns,
-                route.name,
-                request.headers.get("Content-Type", ""),
-                raw,
-                route.subresource,
-                dry_run,
-                strict,
-            )
-            return self._written(entry, created)
+            ctype = request.headers.get("Content-Type", "")
+            if admission is not None:
+                entry, created = await admission.patch(
+                    res,
+                    ns,
+                    route.name,
+                    ctype,
+                    raw,
+                    route.subresource,
+                    dry_run,
+                    strict,
+                    hook_warnings,
+                )
+            else:
+                entry, created = registry.patch(
+                    res, ns, route.name, ctype, raw, route.subresource, dry_run, strict
+                )
+            return self._written(entry, created, hook_warnings)
         if verb == "delete":
             options = await _delete_options(request)
+            if admission is not None:
+                await admission.admit_delete(
+                    res, ns, route.name, options, dry_run or options.get("dryRun") == ["All"]
+                )
             deleted = registry.delete(
                 res,
                 ns,
@@ -424,25 +449,28 @@ class APIServer:
             return web.Response(body=_encode_list(deleted_list), content_type=_JSON)
         raise errors.method_not_allowed()
 
-    def _written(self, entry: Entry, created: bool) -> web.Response:
+    def _written(self, entry: Entry, created: bool, hook_warnings: list[str]) -> web.Response:
         """The object a write stored: 201 when it created it, with the request's warnings."""
         return web.Response(
             body=entry.raw,
             status=201 if created else 200,
             content_type=_JSON,
-            headers=self._warnings(),
+            headers=self._warnings(hook_warnings),
         )
 
-    def _warnings(self) -> MultiDict[str]:
-        """``Warning: 299 - "..."`` headers for what the last registry call warned about."""
+    def _warnings(self, hook_warnings: list[str]) -> MultiDict[str]:
+        """``Warning: 299 - "..."`` headers for what the last registry call (and the admission
+        webhooks) warned about."""
         headers: MultiDict[str] = MultiDict()
-        for text in self.registry.take_warnings():
+        for text in [*hook_warnings, *self.registry.take_warnings()]:
             escaped = text.replace("\\", "\\\\").replace('"', '\\"')
             headers.add("Warning", f'299 - "{escaped}"')
         return headers
 
     async def _binding(self, request: web.Request, namespace: str, name: str) -> web.Response:
         body = await _read_body(request)
+        if self.admission.active():
+            body = await self.admission.admit_binding(namespace, name, body)
         status = self.registry.bind(namespace, name, body)
         return _json_response(status, 201)
 
