@@ -8,10 +8,15 @@ The embedded default a new user runs first, the bed of every integration test an
         sim.faults.set([FaultRule("create", "pods", 0.1, 500)])
         print(sim.kubeconfig_path)           # for kubectl
 
+    async with SimCluster("mig-medium", webhook=True) as sim:
+        print(sim.webhook.url)               # gpusched's admission webhook, registered
+
 It listens on a free loopback port, writes a kubeconfig with a fresh bearer token, installs
 the GPU policy CRDs (``GPUClass``, ``GPUNodePolicy``, ``ClusterGPUPolicy``), applies the
 fleet through the API exactly as ``gpusched sim fleet apply`` does on a real cluster, and runs
-the simulated kubelets as API clients.
+the simulated kubelets as API clients. With ``webhook=True`` (or a ``WebhookConfig``) it also
+serves and registers gpusched's admission webhook (``gpusched.sim.webhook``); off by default,
+so that the many clusters tests start stay cheap.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from kubernetes_asyncio import client as k8s_client
@@ -34,6 +39,10 @@ from gpusched.sim.faults import Faults
 from gpusched.sim.fleet import ClusterSpec, apply_fleet, ensure_crd, load_cluster_spec
 from gpusched.sim.kubelet import SimKubelet
 from gpusched.sim.server import APIServer
+
+if TYPE_CHECKING:
+    from gpusched.sim.webhook import SimWebhook
+    from gpusched.webhook.config import WebhookConfig
 
 __all__ = ["SimCluster"]
 
@@ -53,6 +62,7 @@ class SimCluster:
         kubeconfig_path: str | os.PathLike[str] | None = None,
         token: str | None = None,
         tls: bool = True,
+        webhook: bool | WebhookConfig = False,
     ) -> None:
         if cluster is None or isinstance(cluster, ClusterSpec):
             self.spec = cluster
@@ -77,6 +87,9 @@ class SimCluster:
         self.kubelet: SimKubelet | None = None
         self._kubelet_task: asyncio.Task[None] | None = None
         self._clients: list[k8s_client.ApiClient] = []
+        self._webhook_enabled = webhook is not False
+        self._webhook_config = None if isinstance(webhook, bool) else webhook
+        self.webhook: SimWebhook | None = None
 
     @property
     def faults(self) -> Faults:
@@ -145,6 +158,11 @@ class SimCluster:
             await asyncio.gather(*(ensure_crd(api, name=name) for name in POLICY_CRD_NAMES))
             if self.spec is not None:
                 await apply_fleet(self._kube.api_client, self.spec)
+            if self._webhook_enabled:
+                from gpusched.sim.webhook import SimWebhook
+
+                self.webhook = SimWebhook(self, self._webhook_config)
+                await self.webhook.start()
             if self._kubelets_enabled:
                 self.start_kubelets()
         except BaseException:
@@ -170,6 +188,9 @@ class SimCluster:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.stop_kubelets()
+        if self.webhook is not None:
+            await self.webhook.stop()
+            self.webhook = None
         await self.server.stop()
         for client in self._clients:
             await client.close()

@@ -56,6 +56,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.annotations import GPU_IDS, GPU_UUIDS, PREFIX, RESERVED_VRAM_MIB
+from gpusched.cache import MIG_RESOURCE_PREFIX
+from gpusched.gpu_requests import RequestError, hami, kai, native, read_gpu_request, woolyai
+from gpusched.inventory import RESOURCE_GPU
 
 __all__ = [
     "ENV_GPU_IDS",
@@ -89,22 +92,22 @@ NVIDIA_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 MIG_FALLBACK_APPLIED = PREFIX + "mig-fallback-applied"
 
-WHOLE_GPU = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-# Resource names that make a request a share of a GPU (gpusched's own, HAMi's, WoolyAI's):
-# with nvidia.com/gpu, HAMi's memory and core limits turn whole GPUs into shares.
+WHOLE_GPU = RESOURCE_GPU
+# Which names make a container's request a share of a GPU, and which annotations a pod's: the
+# readers' own names (gpusched's, HAMi's, WoolyAI's, KAI's), not a list kept here. With
+# nvidia.com/gpu, HAMi's memory and core limits turn whole GPUs into shares.
 SHARED_RESOURCES = frozenset(
     {
-        PREFIX + "gpu",
-        PREFIX + "vram",
-        "nvidia.com/gpumem",
-        "nvidia.com/gpumem-percentage",
-        "nvidia.com/gpucores",
-        "woolyai.com/gpu",
+        native.RESOURCE_SHARED_GPU,
+        native.RESOURCE_VRAM,
+        hami.RESOURCE_GPUMEM,
+        hami.RESOURCE_GPUMEM_PERCENTAGE,
+        hami.RESOURCE_GPUCORES,
+        woolyai.RESOURCE_GPU,
     }
 )
 # KAI-Scheduler asks for a fraction of a GPU with pod annotations and no resource at all.
-SHARED_ANNOTATIONS = frozenset({"gpu-fraction", "gpu-memory"})
+SHARED_ANNOTATIONS = frozenset({kai.GPU_FRACTION, kai.GPU_MEMORY})
 
 _SHARED_ENV = (
     (NVIDIA_VISIBLE_DEVICES, GPU_UUIDS),
@@ -149,7 +152,22 @@ def _container_kind(names: Iterable[str]) -> str | None:
 
 
 def gpu_kind(pod: Mapping[str, Any]) -> str | None:
-    """``"shared"``, ``"device-plugin"`` (whole GPUs or MIG) or None for a pod without GPUs."""
+    """``"shared"``, ``"device-plugin"`` (whole GPUs or MIG) or None for a pod without GPUs.
+
+    The scheduler's readers decide (``read_gpu_request``: mode ``shared``, or ``whole``/``mig``).
+    A request they reject is denied by the validating webhook with their message; it gets the
+    environment its resource names call for, in case the validator is not registered.
+    """
+    try:
+        request = read_gpu_request(pod)
+    except RequestError:
+        return _kind_by_names(pod)
+    if request is None:
+        return None
+    return "shared" if request.mode == "shared" else "device-plugin"
+
+
+def _kind_by_names(pod: Mapping[str, Any]) -> str | None:
     spec = pod.get("spec") or {}
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     kinds = {
@@ -253,6 +271,10 @@ def fallback_ops(pod: Mapping[str, Any], preferred: str, fallback: str) -> list[
     ``nvidia.com/mig-<fallback>`` (same count, limits and requests) and record
     ``gpusched.io/mig-fallback-applied: "<preferred>-><fallback>"``, as seed 001's webhook does
     with its own annotation. Profiles are given without the prefix (``"2g.20gb"``).
+
+    ``gpusched.io/mig-fallback`` keeps only the profiles listed after ``fallback`` (removed when
+    none are): the readers refuse a list that names the profile asked for, and the profiles
+    before it were not free either.
     """
     old, new = MIG_RESOURCE_PREFIX + preferred, MIG_RESOURCE_PREFIX + fallback
     ops: list[PatchOp] = []
@@ -267,8 +289,20 @@ def fallback_ops(pod: Mapping[str, Any], preferred: str, fallback: str) -> list[
                     ops.append({"op": "remove", "path": pointer(*base, old)})
                     ops.append({"op": "add", "path": pointer(*base, new), "value": values[old]})
     value = f"{preferred}->{fallback}"
-    if (pod.get("metadata") or {}).get("annotations") is None:
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    if annotations is None:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+    elif (listed := annotations.get(native.MIG_FALLBACK)) is not None:
+        try:
+            fallbacks = native.parse_fallbacks(native.MIG_FALLBACK, listed)
+        except RequestError:
+            fallbacks = ()
+        rest = fallbacks[fallbacks.index(fallback) + 1 :] if fallback in fallbacks else fallbacks
+        path = pointer("metadata", "annotations", native.MIG_FALLBACK)
+        if rest:
+            ops.append({"op": "replace", "path": path, "value": ",".join(rest)})
+        else:
+            ops.append({"op": "remove", "path": path})
     ops.append(
         {
             "op": "add",
