@@ -4,6 +4,8 @@
 
     gpusched scheduler   [--kubeconfig K] [--config FILE] [--leader-elect] [--metrics-port P]
     gpusched sim serve   --cluster NAME|FILE [--port P] [--kubeconfig OUT] [--faults SPEC]
+                         [--no-webhook]
+    gpusched sim run     [--cluster NAME|FILE] [--workload NAME|FILE] [--no-webhook]
     gpusched sim fleet   apply|delete --cluster NAME|FILE --kubeconfig K
     gpusched sim kubelet --kubeconfig K
     gpusched sim clusters
@@ -82,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--nodes", type=int, default=None, help="scale the fleet to N nodes")
     run.add_argument("--workload", default="dgx-mixed", help="shipped workload name or YAML file")
     run.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    run.add_argument(
+        "--no-webhook",
+        action="store_true",
+        help="do not serve and register gpusched's admission webhook in the simulated cluster",
+    )
 
     serve = simsub.add_parser(
         "serve", help="run a simulated API server, kubelets and a GPU fleet in the foreground"
@@ -99,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--faults", default="", help="fault spec, e.g. create=0.1:500,latency=5ms")
     serve.add_argument("--no-kubelets", action="store_true", help="do not run simulated kubelets")
+    serve.add_argument(
+        "--no-webhook",
+        action="store_true",
+        help="do not serve and register gpusched's admission webhook in the simulated cluster",
+    )
     serve.add_argument(
         "--for",
         dest="duration",
@@ -254,6 +266,7 @@ async def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         kubeconfig_path=args.kubeconfig,
+        webhook=not args.no_webhook,
     ) as sim:
         kubeconfig = sim.kubeconfig_path.resolve()
         fleet = "no nodes"
@@ -262,6 +275,11 @@ async def _serve(args: argparse.Namespace) -> int:
             fleet = f"{spec.name}: {sum(p.count for p in spec.pools)} nodes, {gpus} GPUs"
         print(f"gpusched sim: API server at {sim.url} ({fleet})")
         print(f"  kubeconfig: {kubeconfig}")
+        if sim.webhook is not None:
+            print(
+                f"  webhook:    gpusched's admission webhook at {sim.webhook.url}, registered "
+                "as gpusched-system/gpusched-webhook (--no-webhook: off)"
+            )
         print(f"  try:        kubectl --kubeconfig {kubeconfig} get nodes")
         print("  stop with Ctrl-C", flush=True)
         await _wait_for_signal(args.duration)
@@ -324,7 +342,9 @@ async def _run(args: argparse.Namespace) -> int:
     except WorkloadError as exc:
         raise UsageError(str(exc)) from None
     try:
-        await run_workload(spec, workload, timeout=args.timeout, freeze_gc=True)
+        await run_workload(
+            spec, workload, timeout=args.timeout, freeze_gc=True, webhook=not args.no_webhook
+        )
     except RegistryError as exc:  # an installed plugin package that does not load
         raise UsageError(str(exc)) from None
     return 0

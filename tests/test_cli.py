@@ -76,6 +76,18 @@ def test_serve_runs_and_stops(tmp_path: Path) -> None:
     assert "certificate-authority-data" in kubeconfig.read_text()
 
 
+@pytest.mark.parametrize(("flags", "served"), [((), True), (("--no-webhook",), False)])
+def test_serve_runs_gpuscheds_webhook_unless_told_not_to(
+    tmp_path: Path, flags: tuple[str, ...], served: bool
+) -> None:
+    out = gpusched(
+        "sim", "serve", "--cluster", "none", "--kubeconfig", str(tmp_path / "kc"), "--for", "0.3",
+        *flags,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert ("gpusched's admission webhook at https://127.0.0.1:" in out.stdout) is served
+
+
 def test_a_lease_duration_under_a_second_is_refused(tmp_path: Path) -> None:
     config = tmp_path / "gpusched.yaml"
     config.write_text(

@@ -20,10 +20,12 @@ from typing import Any, TextIO
 
 from gpusched.clock import RealClock
 from gpusched.kube.client import Kube, resource_path
+from gpusched.kube.errors import APIConflict
 from gpusched.scheduler import Scheduler
 from gpusched.sim.cluster import SimCluster
 from gpusched.sim.fleet import ClusterSpec, build_fleet
 from gpusched.sim.workload import Workload, replay
+from gpusched.webhook.mutate import MIG_FALLBACK_APPLIED
 
 __all__ = ["RunReport", "run_workload", "summary"]
 
@@ -41,6 +43,8 @@ class RunReport:
     elapsed: float = 0.0
     gpus_by_pool: dict[str, int] = field(default_factory=dict)
     accounted_at: float | None = None
+    mig_fallbacks: Counter[str] = field(default_factory=Counter)
+    """``"2g.20gb->1g.10gb"`` -> pods the admission webhook moved to a fallback MIG profile."""
 
     def percentile(self, p: float) -> float:
         if not self.latencies:
@@ -102,6 +106,7 @@ async def run_workload(
     out: TextIO = sys.stdout,
     progress: bool = True,
     freeze_gc: bool = False,
+    webhook: bool = True,
 ) -> RunReport:
     """Run ``workload`` on a fresh simulated ``spec`` cluster; print progress and a summary.
 
@@ -109,14 +114,21 @@ async def run_workload(
     ``gpusched scheduler`` does (why: ``gpusched.cli._freeze_gc_when_synced``). For the
     ``gpusched sim run`` command only: it affects the whole process, and what is frozen (the
     simulated API server's objects too, here) stays out of every later collection.
+
+    ``webhook``: serve and register gpusched's admission webhook in the cluster
+    (``gpusched.sim.webhook``), so the workload's pods are validated, get their device
+    environment and fall back to another MIG profile at admission, as on a real cluster.
     """
     clock = RealClock()
     report = RunReport()
-    async with SimCluster(spec, clock=clock) as sim:
-        await sim.kube.create(
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpusched-system"}},
-        )
+    async with SimCluster(spec, clock=clock, webhook=webhook) as sim:
+        if sim.webhook is not None:
+            print(f"admission webhook at {sim.webhook.url}", file=out, flush=True)
+        with contextlib.suppress(APIConflict):  # the webhook's namespace too
+            await sim.kube.create(
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpusched-system"}},
+            )
         scheduler = Scheduler(Kube(sim.api_client()), clock=clock, identity="gpusched-sim-run")
         observer = _Observer(Kube(sim.api_client()), workload, clock)
         tasks = [
@@ -200,6 +212,9 @@ def _final(report: RunReport, observer: _Observer) -> None:
     report.created = len(observer.seen_at)
     report.bound = len(observer.bound_at)
     for key, pod in observer.pods.items():
+        applied = ((pod.get("metadata") or {}).get("annotations") or {}).get(MIG_FALLBACK_APPLIED)
+        if applied:
+            report.mig_fallbacks[applied] += 1
         phase = (pod.get("status") or {}).get("phase", "Pending")
         if phase == "Succeeded":
             report.succeeded += 1
@@ -249,6 +264,8 @@ def summary(report: RunReport, spec: ClusterSpec, workload: Workload) -> str:
         if total:
             used = report.gpu_seconds_used.get(pool, 0.0)
             lines.append(f"  GPU utilisation, pool {pool}: {100 * used / total:.0f}%")
+    for change, count in sorted(report.mig_fallbacks.items()):
+        lines.append(f"  MIG fallback at admission: {count} pod(s) {change}")
     if report.pending:
         lines.append("  pending pods and why:")
         reasons = Counter(report.pending.values())

@@ -68,6 +68,12 @@ async def until(
         await asyncio.sleep(0.05)
 
 
+def view_of(sim: SimCluster) -> MigView:
+    assert sim.webhook is not None
+    assert sim.webhook.view is not None
+    return sim.webhook.view
+
+
 @pytest.fixture
 async def sim() -> AsyncIterator[SimCluster]:
     async with SimCluster("mig-medium", webhook=True) as cluster:
@@ -135,8 +141,7 @@ async def _fill(sim: SimCluster, profile: str, per_node: int) -> None:
     nodes = [n["metadata"]["name"] for n in (await sim.kube.get("/api/v1/nodes"))["items"]]
     for node in nodes:
         await sim.kube.create(PODS, mig_pod(f"fill-{profile}-{node}", profile, per_node, node))
-    assert sim.webhook is not None and sim.webhook.view is not None
-    view = sim.webhook.view
+    view = view_of(sim)
     deadline = asyncio.get_running_loop().time() + WAIT
     while any(view.free(n).get(profile) for n in nodes):
         assert asyncio.get_running_loop().time() < deadline
@@ -144,7 +149,8 @@ async def _fill(sim: SimCluster, profile: str, per_node: int) -> None:
 
 
 # (name, filled first: profile -> devices per node, asked, annotations, limits after, applied)
-FALLBACK_CASES: list[tuple[str, dict[str, int], str, dict[str, str], dict[str, str], str | None]] = [
+Case = tuple[str, dict[str, int], str, dict[str, str], dict[str, str], str | None]
+FALLBACK_CASES: list[Case] = [
     ("preferred-free", {}, "2g.20gb", {"gpusched.io/mig-fallback": "1g.10gb"},
      {MIG + "2g.20gb": "1"}, None),
     ("preferred-full", {"2g.20gb": 12}, "2g.20gb", {"gpusched.io/mig-fallback": "1g.10gb"},
@@ -181,8 +187,7 @@ async def test_mig_fallback_at_admission(
 
 async def test_free_counts_follow_pods_that_finish_or_go(sim: SimCluster) -> None:
     await _fill(sim, "2g.20gb", 12)
-    assert sim.webhook is not None and sim.webhook.view is not None
-    view = sim.webhook.view
+    view = view_of(sim)
     node = sorted(n["metadata"]["name"] for n in (await sim.kube.get("/api/v1/nodes"))["items"])[0]
     assert view.free(node) == {"2g.20gb": 0, "1g.10gb": 4}
     await sim.kube.delete(f"{PODS}/fill-2g.20gb-{node}", {"gracePeriodSeconds": 0})
@@ -212,8 +217,7 @@ async def test_fallback_pod_ends_running_on_its_fallback_and_one_without_a_list_
                 await sim.kube.create(PODS, mig_pod(f"fill-{i}"))
             for i in range(24):
                 await until(sim.kube, f"fill-{i}", lambda p: p["status"].get("phase") == "Running")
-            assert sim.webhook is not None and sim.webhook.view is not None
-            view = sim.webhook.view
+            view = view_of(sim)
             deadline = asyncio.get_running_loop().time() + WAIT
             while view.fits_somewhere("2g.20gb", 1):
                 assert asyncio.get_running_loop().time() < deadline
