@@ -11,6 +11,7 @@ import pytest
 
 import gpusched.webhook as webhook
 from gpusched.annotations import GPU_IDS, GPU_UUIDS, RESERVED_VRAM_MIB
+from gpusched.gpu_requests import read_gpu_request
 from gpusched.sim.patch import json_patch
 from gpusched.webhook import PatchOp, fallback_ops, gpu_kind, mutate_pod
 from gpusched.webhook.mutate import MIG_FALLBACK_APPLIED, annotation_env, pointer
@@ -244,6 +245,30 @@ def test_fallback_ops_rewrite_the_request_and_record_it(
     assert patched["metadata"]["annotations"].get("team") == (annotations or {}).get("team")
 
 
+@pytest.mark.parametrize(
+    ("listed", "chosen", "left"),
+    [
+        ("1g.10gb", "1g.10gb", None),
+        ("3g.40gb,1g.10gb", "1g.10gb", None),
+        ("1g.10gb,1g.5gb", "1g.10gb", "1g.5gb"),
+        ("3g.40gb, 1g.10gb ,1g.5gb", "1g.10gb", "1g.5gb"),
+        ("1g.5gb", "1g.10gb", "1g.5gb"),  # a profile the list does not name: the list stays
+    ],
+)
+def test_fallback_ops_keep_only_the_fallbacks_after_the_chosen_one(
+    listed: str, chosen: str, left: str | None
+) -> None:
+    p = pod(*MIG_POD["spec"]["containers"], annotations={"gpusched.io/mig-fallback": listed})
+    patched = json_patch(p, fallback_ops(p, "2g.20gb", chosen))
+    assert patched["metadata"]["annotations"].get("gpusched.io/mig-fallback") == left
+    request = read_gpu_request(patched)  # what the validator reads after the mutation
+    assert request is not None
+    assert (request.mig_profile, request.mig_fallbacks) == (
+        chosen,
+        tuple(left.split(",")) if left else (),
+    )
+
+
 async def test_the_fallback_hook_is_called_for_mig_pods_only_and_its_ops_come_first() -> None:
     seen: list[str] = []
 
@@ -274,16 +299,18 @@ def test_pointer_escapes_slashes_and_tildes() -> None:
 
 def test_all_is_complete() -> None:
     import gpusched.webhook.config as config
+    import gpusched.webhook.mig_view as mig_view
     import gpusched.webhook.mutate as mutate
     import gpusched.webhook.server as server
     import gpusched.webhook.validate as validate
 
-    for module in (webhook, config, mutate, server, validate):
+    for module in (webhook, config, mig_view, mutate, server, validate):
         for name in module.__all__:
             assert hasattr(module, name), (module.__name__, name)
     public = {n for n in vars(webhook) if not n.startswith("_")} - {
         "annotations",
         "config",
+        "mig_view",
         "mutate",
         "server",
         "validate",

@@ -1,13 +1,15 @@
 """gpusched's admission webhook (``gpusched webhook``).
 
 ``server`` answers AdmissionReview v1 over HTTPS; ``mutate`` adds the device environment and
-holds the MIG fallback seam; ``validate`` checks gpusched's fields with a pluggable function;
+holds the MIG fallback seam, which ``mig_view`` fills from informers on nodes and pods;
+``validate`` checks gpusched's fields with a pluggable function (the scheduler's readers);
 ``config`` has the settings (failurePolicy) and the registration manifests.
 """
 
 from __future__ import annotations
 
 from gpusched.webhook.config import FailurePolicy, WebhookConfig, webhook_manifests
+from gpusched.webhook.mig_view import MigView
 from gpusched.webhook.mutate import (
     MigFallback,
     Mutation,
@@ -22,6 +24,7 @@ from gpusched.webhook.validate import Validator, default_validator
 __all__ = [
     "FailurePolicy",
     "MigFallback",
+    "MigView",
     "Mutation",
     "PatchOp",
     "Validator",
