@@ -10,6 +10,7 @@
     gpusched sim kubelet --kubeconfig K
     gpusched sim clusters
     gpusched webhook     --cert F --key F [--port 8443] [--failure-policy Ignore|Fail]
+                         [--kubeconfig K] [--no-mig-fallback]
     gpusched webhook     --print-manifests [--failure-policy Ignore|Fail]
 
 ``gpusched scheduler`` serves ``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from gpusched.kube.client import Kube
     from gpusched.sim.fleet import ClusterSpec
     from gpusched.webhook.config import WebhookConfig
+    from gpusched.webhook.mig_view import MigView
 
 __all__ = ["main"]
 
@@ -160,6 +162,17 @@ def _parser() -> argparse.ArgumentParser:
         "--visible-devices-for-device-plugin-pods",
         action="store_true",
         help="set NVIDIA_/CUDA_VISIBLE_DEVICES for nvidia.com/gpu and MIG pods too",
+    )
+    hook.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="for the MIG fallback's view of the cluster (default: in-cluster configuration)",
+    )
+    hook.add_argument("--context", default=None)
+    hook.add_argument(
+        "--no-mig-fallback",
+        action="store_true",
+        help="never rewrite a MIG request to a fallback profile (and watch nothing)",
     )
     hook.add_argument(
         "--print-manifests",
@@ -374,6 +387,28 @@ def _webhook(args: argparse.Namespace) -> int:
     return asyncio.run(_serve_webhook(args, config))
 
 
+async def _mig_view(args: argparse.Namespace) -> tuple[Kube | None, MigView | None]:
+    """The MIG fallback's informers, on the cluster of ``--kubeconfig`` or in-cluster. Without
+    either (a webhook run by hand for testing), MIG fallback is off, with a warning."""
+    from gpusched.kube.client import connect
+    from gpusched.webhook import MigView
+
+    if args.no_mig_fallback:
+        return None, None
+    try:
+        kube = await connect(args.kubeconfig, args.context)
+    except Exception as exc:  # kubernetes_asyncio raises ConfigException and plain errors
+        if args.kubeconfig is not None:
+            raise UsageError(f"webhook: cannot load kubeconfig {args.kubeconfig}: {exc}") from None
+        log.warning(
+            "MIG fallback is off: no cluster to watch (%s); run in a cluster, give --kubeconfig, "
+            "or pass --no-mig-fallback to silence this",
+            exc,
+        )
+        return None, None
+    return kube, MigView(kube)
+
+
 async def _serve_webhook(args: argparse.Namespace, config: WebhookConfig) -> int:
     from gpusched.webhook import WebhookServer, server_ssl_context
 
@@ -384,20 +419,28 @@ async def _serve_webhook(args: argparse.Namespace, config: WebhookConfig) -> int
             f"webhook: cannot load --cert {args.cert} / --key {args.key}: {exc}; "
             "give a PEM certificate and its matching key"
         ) from None
-    server = WebhookServer(config=config)
+    kube, view = await _mig_view(args)
+    server = WebhookServer(config=config, mig_fallback=view)
+    watching = asyncio.create_task(view.run(), name="mig-view") if view is not None else None
     try:
-        await server.start(args.host, args.port, ssl_context=ctx)
-    except OSError as exc:
-        raise UsageError(f"webhook: cannot listen on {args.host}:{args.port}: {exc}") from None
-    print(
-        f"gpusched webhook: serving /mutate and /validate on https://{args.host}:{server.port} "
-        f"(failurePolicy {config.failure_policy})",
-        flush=True,
-    )
-    try:
+        try:
+            await server.start(args.host, args.port, ssl_context=ctx)
+        except OSError as exc:
+            raise UsageError(f"webhook: cannot listen on {args.host}:{args.port}: {exc}") from None
+        print(
+            f"gpusched webhook: serving /mutate and /validate on https://{args.host}:"
+            f"{server.port} (failurePolicy {config.failure_policy}; MIG fallback "
+            f"{'on' if view is not None else 'off'})",
+            flush=True,
+        )
         await _wait_for_signal(0)
     finally:
         await server.stop()
+        if watching is not None:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+        if kube is not None:
+            await kube.close()
     return 0
 
 

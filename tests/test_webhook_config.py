@@ -118,3 +118,23 @@ async def test_the_command_serves_https_and_stops_on_sigterm(tmp_path: Path) -> 
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+def test_the_webhook_may_read_what_its_mig_fallback_watches() -> None:
+    docs = by_kind(webhook_manifests())
+    (rule,) = docs["ClusterRole"]["rules"]
+    assert (rule["resources"], rule["verbs"]) == (["nodes", "pods"], ["get", "list", "watch"])
+    (subject,) = docs["ClusterRoleBinding"]["subjects"]
+    account = docs["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"]
+    assert subject["name"] == account == docs["ServiceAccount"]["metadata"]["name"]
+
+
+def test_a_kubeconfig_that_does_not_load_is_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_serving_certs(directory=tmp_path)
+    argv = ["webhook", "--cert", str(tmp_path / "tls.crt"), "--key", str(tmp_path / "tls.key")]
+    assert main([*argv, "--port", "0", "--kubeconfig", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot load kubeconfig" in err
+    assert "Traceback" not in err

@@ -99,7 +99,8 @@ def _webhook(config: WebhookConfig, name: str, path: str, mutating: bool) -> dic
 
 
 def webhook_manifests(config: WebhookConfig | None = None) -> list[dict[str, Any]]:
-    """Service, Deployment, Mutating- and ValidatingWebhookConfiguration for ``config``.
+    """ServiceAccount and its read-only ClusterRole (nodes and pods, for the MIG fallback's
+    informers), Service, Deployment, Mutating- and ValidatingWebhookConfiguration for ``config``.
 
     The serving certificate is the Secret ``<service>-tls`` (``tls.crt``/``tls.key``); the
     configurations ask cert-manager's CA injector to fill ``caBundle`` from the Certificate of
@@ -129,6 +130,35 @@ def webhook_manifests(config: WebhookConfig | None = None) -> list[dict[str, Any
     docs = [
         {
             "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+        },
+        {
+            # The MIG fallback's informers (gpusched.webhook.mig_view): read-only.
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["nodes", "pods"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": labels},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+        },
+        {
+            "apiVersion": "v1",
             "kind": "Service",
             "metadata": {"name": name, "namespace": ns, "labels": labels},
             "spec": {
@@ -146,6 +176,7 @@ def webhook_manifests(config: WebhookConfig | None = None) -> list[dict[str, Any
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
+                        "serviceAccountName": name,
                         "priorityClassName": "system-cluster-critical",
                         "containers": [
                             {
