@@ -6,26 +6,22 @@ code: the scheduler's readers raise an error whose text says what is wrong and w
 and the validator returns that text. Only pods of gpusched's (``spec.schedulerName``) are
 checked: another scheduler's pods are not ours to judge.
 
-The default validator checks the priority annotation (``gpusched.annotations``) and, when
-``gpusched.gpu_requests`` is installed, reads the GPU request with
-``read_gpu_request(pod)``, which raises ``RequestError``; without that module it accepts the
-request (the scheduler still rejects it, later, with an Event).
+The default validator checks the priority annotation (``gpusched.annotations``), then reads
+the GPU request with ``gpusched.gpu_requests.read_gpu_request(pod)``, the scheduler's own
+readers, and answers the text of the ``RequestError`` it raises.
 
 Cost: what the readers cost, O(containers); no I/O.
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpusched.annotations import AnnotationError, parse_priority
+from gpusched.gpu_requests import RequestError, read_gpu_request
 
-__all__ = ["Validator", "default_validator", "validate_priority"]
-
-log = logging.getLogger(__name__)
+__all__ = ["Validator", "default_validator", "validate_gpu_request", "validate_priority"]
 
 Validator = Callable[[Mapping[str, Any]], str | None]
 """``(pod) -> None`` when the pod's gpusched fields are valid, else a message for its author."""
@@ -39,31 +35,17 @@ def validate_priority(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _gpu_request_validator() -> Validator | None:
+def validate_gpu_request(pod: Mapping[str, Any]) -> str | None:
     try:
-        module = importlib.import_module("gpusched.gpu_requests")
-    except ImportError:
-        log.info("gpusched.gpu_requests is not installed: GPU requests are checked at scheduling")
-        return None
-    read = module.read_gpu_request
-    error: type[Exception] = module.RequestError
-
-    def check(pod: Mapping[str, Any]) -> str | None:
-        try:
-            read(pod)
-        except error as exc:
-            return str(exc)
-        return None
-
-    return check
+        read_gpu_request(pod)
+    except RequestError as exc:
+        return str(exc)
+    return None
 
 
 def default_validator() -> Validator:
-    """The priority check, then the GPU request readers when ``gpusched.gpu_requests`` exists."""
-    checks: list[Validator] = [validate_priority]
-    gpu = _gpu_request_validator()
-    if gpu is not None:
-        checks.append(gpu)
+    """The priority check, then the GPU request readers."""
+    checks: tuple[Validator, ...] = (validate_priority, validate_gpu_request)
 
     def validate(pod: Mapping[str, Any]) -> str | None:
         for check in checks:
