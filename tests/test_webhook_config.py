@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gpusched.cli import main
+from gpusched.sim import SimCluster
 from gpusched.sim.tls import make_serving_certs
 from gpusched.webhook import WebhookConfig, webhook_manifests
 
@@ -138,3 +139,26 @@ def test_a_kubeconfig_that_does_not_load_is_a_message(
     err = capsys.readouterr().err
     assert "cannot load kubeconfig" in err
     assert "Traceback" not in err
+
+
+async def test_the_command_watches_the_cluster_of_its_kubeconfig(tmp_path: Path) -> None:
+    make_serving_certs(directory=tmp_path)
+    async with SimCluster(kubelets=False) as sim:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gpusched", "webhook",
+            "--cert", str(tmp_path / "tls.crt"), "--key", str(tmp_path / "tls.key"),
+            "--host", "127.0.0.1", "--port", "0", "--kubeconfig", str(sim.kubeconfig_path),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert process.stdout is not None
+            line = (await asyncio.wait_for(process.stdout.readline(), timeout=30)).decode()
+            assert "MIG fallback on" in line, line
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), timeout=30) == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
