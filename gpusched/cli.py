@@ -427,13 +427,17 @@ async def _serve_webhook(args: argparse.Namespace, config: WebhookConfig) -> int
             await server.start(args.host, args.port, ssl_context=ctx)
         except OSError as exc:
             raise UsageError(f"webhook: cannot listen on {args.host}:{args.port}: {exc}") from None
+        # Handlers first, then the line that says it is serving: a SIGTERM sent on seeing the
+        # line is a graceful stop.
+        stopped = asyncio.create_task(_wait_for_signal(0), name="wait-for-signal")
+        await asyncio.sleep(0)
         print(
             f"gpusched webhook: serving /mutate and /validate on https://{args.host}:"
             f"{server.port} (failurePolicy {config.failure_policy}; MIG fallback "
             f"{'on' if view is not None else 'off'})",
             flush=True,
         )
-        await _wait_for_signal(0)
+        await stopped
     finally:
         await server.stop()
         if watching is not None:
