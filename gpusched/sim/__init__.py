@@ -8,6 +8,7 @@
 - ``faults``  injected errors, latency and cut watch streams;
 - ``kubelet``  simulated kubelets (an API client, usable against real clusters too);
 - ``fleet``  GPU fleet specs and their nodes and inventories;
+- ``webhook``  gpusched's admission webhook served in-process and registered (opt-in);
 - ``cluster``  ``SimCluster``, everything above started together.
 """
 

@@ -148,6 +148,24 @@ class MigView:
             self._pods[key] = (bound, counts)
             self._used.setdefault(bound, Counter()).update(counts)
 
+    def _check(self) -> None:
+        """Assert that the incremental counts equal a recount from the informers' objects."""
+        offered: dict[str, Counter[str]] = {}
+        for node in self._nodes.items.values():
+            if not (node.get("spec") or {}).get("unschedulable"):
+                counts = _mig_counts(node_allocatable(node).scalar)
+                if counts:
+                    offered[node["metadata"]["name"]] = counts
+        used: dict[str, Counter[str]] = {}
+        for pod in self._pod_reflector.items.values():
+            bound = (pod.get("spec") or {}).get("nodeName")
+            if bound and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+                counts = _mig_counts(pod_requests(pod).scalar)
+                if counts:
+                    used.setdefault(bound, Counter()).update(counts)
+        assert offered == self._offered, (offered, self._offered)
+        assert used == self._used, (used, self._used)
+
     # -- decisions -------------------------------------------------------------------------
 
     def free(self, node: str) -> dict[str, int]:

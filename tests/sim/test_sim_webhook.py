@@ -195,6 +195,15 @@ async def test_free_counts_follow_pods_that_finish_or_go(sim: SimCluster) -> Non
     while view.free(node)["2g.20gb"] != 12:
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.02)
+    view._check()
+    # A node cordoned offers nothing; uncordoned, it offers its devices again.
+    for unschedulable, free in ((True, {}), (False, {"2g.20gb": 12, "1g.10gb": 4})):
+        await sim.kube.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": unschedulable}})
+        deadline = asyncio.get_running_loop().time() + WAIT
+        while view.free(node) != free:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.02)
+        view._check()
 
 
 async def test_an_unsynced_view_applies_no_fallback() -> None:
@@ -226,6 +235,7 @@ async def test_fallback_pod_ends_running_on_its_fallback_and_one_without_a_list_
                 PODS, mig_pod("fallback", **{"gpusched.io/mig-fallback": "1g.10gb"})
             )
             assert limits(fallback) == {MIG + "1g.10gb": "1"}
+            view._check()
             waiting = await sim.kube.create(PODS, mig_pod("no-list"))
             assert limits(waiting) == {MIG + "2g.20gb": "1"}
             running = await until(
