@@ -6,6 +6,7 @@ deciding MIG fallback from its informers; end to end with the scheduler and kube
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,6 +19,9 @@ from gpusched.kube.errors import APIError, APIForbidden
 from gpusched.scheduler import Scheduler
 from gpusched.sim import SimCluster
 from gpusched.sim import webhook as sim_webhook
+from gpusched.sim.fleet import load_cluster_spec
+from gpusched.sim.run import RunReport, summary
+from gpusched.sim.workload import load_workload
 from gpusched.webhook import WebhookConfig
 from gpusched.webhook.mig_view import MigView
 from gpusched.webhook.mutate import MIG_FALLBACK_APPLIED
@@ -258,3 +262,9 @@ async def test_fallback_pod_ends_running_on_its_fallback_and_one_without_a_list_
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+def test_the_run_summary_counts_mig_fallbacks() -> None:
+    report = RunReport(mig_fallbacks=Counter({"2g.20gb->1g.10gb": 3}))
+    text = summary(report, load_cluster_spec("mig-medium"), load_workload("smoke"))
+    assert "MIG fallback at admission: 3 pod(s) 2g.20gb->1g.10gb" in text
