@@ -21,10 +21,11 @@ webhook's job (seed 001's fallback webhook rewrites ``nvidia.com/mig-2g.20gb`` t
   waits for its preferred profile like any unschedulable pod.
 
 Two informers (nodes, pods: :class:`gpusched.kube.reflector.Reflector`) keep the counts
-incrementally: an event costs O(resources of the object); a decision O(nodes) (nodes x
-profiles with fallbacks). Not counted as taken: pods admitted but not yet bound, so a burst of
-pods created together may all keep a profile that only some of them get; those wait for it,
-as the seed's webhook does.
+incrementally; no ``GPUNodeInventory`` informer, because the kubelet admits against the node's
+allocatable, not the inventory, and an unhealthy MIG device leaves allocatable too. Costs: an
+event O(resources of the object); a decision O(nodes x profiles tried). Not counted as taken:
+pods admitted but not yet bound, so a burst of pods created together may all keep a profile
+that only some of them get; those wait for it, as the seed's webhook does.
 """
 
 from __future__ import annotations

@@ -43,8 +43,9 @@ holds gpusched's reference is left alone, so a second pass (``reinvocationPolicy
 changes nothing.
 
 **MIG fallback** needs cluster knowledge (which profiles are free where) that this module does
-not have: ``MigFallback`` is the seam, called for gpusched pods that ask for a MIG profile;
-``fallback_ops`` builds the patch once the caller has chosen.
+not have: ``MigFallback`` is the seam, called for gpusched pods that ask for a MIG profile
+(``gpusched.webhook.mig_view.MigView`` fills it from informers); ``fallback_ops`` builds the
+patch once the caller has chosen.
 
 Cost: O(containers x variables) per pod, no I/O besides the fallback hook.
 """
