@@ -68,6 +68,8 @@ from gpusched.kube.errors import APIError, APINotFound
 
 __all__ = [
     "PLURALS",
+    "REASON_INVALID",
+    "REASON_OVERRIDDEN",
     "EventFn",
     "PolicyManager",
     "StatusWrite",
@@ -87,7 +89,9 @@ EventFn = Callable[[Mapping[str, Any], str, str, str, str], None]
 """``event(regarding, type, reason, action, message)``: ``EventRecorder.eventf``."""
 
 REASON_INVALID: Final = "InvalidSpec"
+"""Reason of the Warning Event and status condition on an object the scheduler ignores."""
 REASON_OVERRIDDEN: Final = "Overridden"
+"""Reason of the Warning Event on a policy that loses a field it sets on some node."""
 _ACTION: Final = "Resolve"
 
 
@@ -230,7 +234,10 @@ class PolicyManager:
             return before is not None
         self._objects[ref] = obj
         try:
-            parsed = parse_policy_object({**obj, "kind": kind})
+            # Without the status: it is our output, not the spec (another version's status
+            # fields must not make the object invalid).
+            spec_only = {k: v for k, v in obj.items() if k != "status"}
+            parsed = parse_policy_object({**spec_only, "kind": kind})
         except PolicyError as err:
             self._invalid[ref] = err
             store.pop(name, None)
