@@ -45,6 +45,7 @@ from gpusched.cache.ledger import DEFAULT_POLICY, SharingPolicy
 from gpusched.clock import Clock
 from gpusched.gpu_policy.models import (
     API_GROUP,
+    API_VERSION,
     CLUSTER_POLICY_NAME,
     CONDITION_APPLIED,
     CONDITION_MATCHED,
@@ -64,7 +65,7 @@ from gpusched.gpu_policy.resolve import (
     select_cluster_policy,
 )
 from gpusched.kube.client import Kube, resource_path
-from gpusched.kube.errors import APIError, APINotFound
+from gpusched.kube.errors import APIError, APIForbidden, APINotFound
 
 __all__ = [
     "PLURALS",
@@ -166,6 +167,7 @@ class PolicyManager:
         self.resolver = PolicyResolver((), None)
         self.reports: dict[str, PolicyReport] = {}
         """The last :meth:`flush`'s reports, by ``Kind/name``."""
+        self._forbidden_told = False
         self.dirty = asyncio.Event()
         """Set when reports (and so Events and status) may have changed."""
 
@@ -232,12 +234,14 @@ class PolicyManager:
             store.pop(name, None)
             self.dirty.set()
             return before is not None
+        # A list's items may lack their type (the API server's lists of built-in kinds do):
+        # the Events about the object need it.
+        obj = {**obj, "apiVersion": obj.get("apiVersion") or API_VERSION, "kind": kind}
         self._objects[ref] = obj
         try:
             # Without the status: it is our output, not the spec (another version's status
             # fields must not make the object invalid).
-            spec_only = {k: v for k, v in obj.items() if k != "status"}
-            parsed = parse_policy_object({**spec_only, "kind": kind})
+            parsed = parse_policy_object({k: v for k, v in obj.items() if k != "status"})
         except PolicyError as err:
             self._invalid[ref] = err
             store.pop(name, None)
@@ -253,11 +257,12 @@ class PolicyManager:
         return changed
 
     def _report_invalid(self, ref: str, obj: Mapping[str, Any], err: PolicyError) -> None:
-        message = (
-            f"{ref} is ignored until fixed: "
-            + "; ".join(err.problems)
-            + " (the scheduler uses the other policies and the built-in defaults meanwhile)"
+        meanwhile = (
+            "pods asking for this class are not placed"
+            if ref.startswith("GPUClass/")
+            else "the scheduler uses the other policies and the built-in defaults"
         )
+        message = f"{ref} is ignored until fixed: {'; '.join(err.problems)} ({meanwhile} meanwhile)"
         if self._told_invalid.get(ref) == message:
             return
         self._told_invalid[ref] = message
@@ -420,6 +425,18 @@ class PolicyManager:
                     await kube.patch(write.path, {"status": write.status})
                 except APINotFound:
                     continue  # deleted meanwhile (or the CRD has no status): nothing to say
+                except APIForbidden as exc:
+                    if not self._forbidden_told:  # told once; tried again at the next change
+                        self._forbidden_told = True
+                        log.warning(
+                            "may not write the status of %s/%s (%s): policies still apply, "
+                            "but their status does not say so; grant patch on %s/status "
+                            "(deploy/rbac.yaml)",
+                            write.kind,
+                            write.name,
+                            exc.message,
+                            PLURALS[write.kind],
+                        )
                 except APIError as exc:
                     failed = True
                     log.warning(

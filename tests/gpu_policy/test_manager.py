@@ -3,6 +3,8 @@ Event per change on a losing or invalid policy, and the status each policy shoul
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +16,8 @@ from gpusched.clock import FakeClock
 from gpusched.gpu_policy import manager as manager_module
 from gpusched.gpu_policy.manager import PolicyManager, StatusWrite, sharing_policy
 from gpusched.gpu_policy.resolve import EffectivePolicy
+from gpusched.kube.client import Kube, resource_path
+from gpusched.sim import SimCluster
 
 
 def node_policy(
@@ -444,3 +448,54 @@ def test_all_is_complete() -> None:
         and getattr(value, "__module__", None) == manager_module.__name__
     }
     assert public_defs <= exported
+
+
+async def _status_of(kube: Kube, path: str, name: str) -> dict[str, Any]:
+    """The object's status, once it has one (list, then watch; bounded)."""
+
+    async def follow() -> dict[str, Any]:
+        listed = await kube.get(path)
+        for obj in listed["items"]:
+            if obj["metadata"]["name"] == name and obj.get("status"):
+                return dict(obj["status"])
+        query = {"resourceVersion": listed["metadata"]["resourceVersion"]}
+        while True:
+            async for event in kube.watch(path, query):
+                obj = event["object"]
+                query["resourceVersion"] = obj["metadata"]["resourceVersion"]
+                if obj["metadata"].get("name") == name and obj.get("status"):
+                    return dict(obj["status"])
+
+    return await asyncio.wait_for(follow(), timeout=30)
+
+
+async def test_run_writes_the_status_once_changes_are_quiet_for_a_period() -> None:
+    clock = FakeClock()
+    path = resource_path("gpusched.io", "v1alpha1", "gpunodepolicies")
+    async with SimCluster(None, kubelets=False) as sim:
+        body = node_policy("pa", {"pool": "a"}, vramOvercommitPercent=150)
+        del body["metadata"]["uid"], body["metadata"]["generation"]
+        created = await sim.kube.create(path, body)
+        manager = PolicyManager(lambda node, policy: None, clock, debounce=1.0)
+        task = asyncio.create_task(manager.run(sim.kube))
+        try:
+            manager.on_node_policy("ADDED", created, None)
+            manager.on_node("a1", {"pool": "a"})
+            await clock.wait_for_sleepers()
+            await clock.advance(0.5)
+            manager.on_node("a2", {"pool": "a"})  # within the period: it starts again
+            await clock.advance(0.6)
+            assert clock.sleepers == 1  # waiting, nothing written
+            assert not (await sim.kube.get(f"{path}/pa")).get("status")
+            await clock.advance(1.0)
+            status = await _status_of(sim.kube, path, "pa")
+            assert status["matchingNodes"] == 2
+            assert status["observedGeneration"] == created["metadata"]["generation"]
+            assert {c["type"]: c["status"] for c in status["conditions"]} == {
+                "Applied": "True",
+                "Overridden": "False",
+            }
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
