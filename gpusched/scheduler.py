@@ -406,6 +406,7 @@ class Scheduler:
             except InventoryError as exc:
                 log.warning("ignoring the GPU inventory of node %s: %s", name, exc)
         self.cache.set_inventory(name, inventory)
+        self.policies.on_inventory(name, inventory.gpus if inventory is not None else None)
         event = {"ADDED": "Add", "DELETED": "Delete"}.get(kind, "Update")
         self._emit(f"GPUNodeInventory/{event}", old, obj if kind != "DELETED" else None)
 

@@ -27,7 +27,11 @@ classes) naming each bad field. Ignoring, rather than keeping the last valid ver
 restarted scheduler's limits equal to a running one's.
 
 **Classes** (:attr:`PolicyManager.classes`: name -> valid ``GPUClass``) are a live read-only
-mapping for placement plugins, which reach it through ``Handle.gpu_classes``.
+mapping for placement plugins, which reach it through ``Handle.gpu_classes``. Fed the nodes'
+GPUs too (``on_inventory``; a change of telemetry alone is not one), :meth:`flush` gives each
+class its status: ``matchingNodes``, ``matchingGPUs`` (MIG devices for a MIG class) and
+``Matched`` saying, when no GPU matches, the commonest reasons (:func:`~.resolve.match_class`),
+O(nodes x classes x GPUs) per flush.
 
 Not thread-safe; everything runs on the scheduler's event loop.
 """
@@ -37,7 +41,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import types
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -61,9 +66,11 @@ from gpusched.gpu_policy.resolve import (
     EffectivePolicy,
     PolicyReport,
     PolicyResolver,
+    match_class,
     policy_reports,
     select_cluster_policy,
 )
+from gpusched.inventory import GPUDevice
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIError, APIForbidden, APINotFound
 
@@ -127,6 +134,10 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _generation(obj: Mapping[str, Any]) -> int | None:
     gen = (obj.get("metadata") or {}).get("generation")
     return gen if isinstance(gen, int) else None
@@ -158,6 +169,7 @@ class PolicyManager:
         self._classes_view = types.MappingProxyType(self._classes)
         self._invalid: dict[str, PolicyError] = {}
         self._labels: dict[str, Mapping[str, str]] = {}
+        self._gpus: dict[str, tuple[GPUDevice, ...]] = {}
         self._effective: dict[str, EffectivePolicy] = {}
         self._sent: dict[str, SharingPolicy] = {}
         """What the cache was told per node; absent: nothing (the cache's default)."""
@@ -212,7 +224,20 @@ class PolicyManager:
         if self._labels.get(name) == labels:
             return  # a heartbeat, or a change elsewhere
         self._labels[name] = dict(labels)
-        if self._resolve(name):  # a new node, or new limits or matches: reports change
+        # A new node, or new limits or matches, change the reports; any label, a class's.
+        if self._resolve(name) or self._classes:
+            self.dirty.set()
+
+    def on_inventory(self, name: str, gpus: Sequence[GPUDevice] | None) -> None:
+        """A node's GPUs (its inventory's ``gpus``; ``None``: it has none). O(GPUs)."""
+        new = tuple(gpus or ())
+        if self._gpus.get(name, ()) == new:
+            return  # telemetry, or nothing a class reads
+        if new:
+            self._gpus[name] = new
+        else:
+            self._gpus.pop(name, None)
+        if self._classes:
             self.dirty.set()
 
     def _on_object(self, kind: str, event: str, obj: dict[str, Any]) -> bool:
@@ -350,7 +375,7 @@ class PolicyManager:
             text = f"ignored until fixed: {'; '.join(err.problems)}"
             status["conditions"] = [cond(type_, False, REASON_INVALID, text)]
         elif kind == "GPUClass":
-            return None  # a valid class's status (matching GPUs) needs inventories: not here
+            status.update(self._class_status(self._classes[name], cond))
         elif kind == "ClusterGPUPolicy" and name != CLUSTER_POLICY_NAME:
             status["matchingNodes"] = 0
             status["conditions"] = [
@@ -401,6 +426,37 @@ class PolicyManager:
         if self._shown(obj, status):
             return None
         return StatusWrite(kind, name, status)
+
+    def _class_status(
+        self, cls: GPUClass, cond: Callable[[str, bool, str, str], dict[str, Any]]
+    ) -> dict[str, Any]:
+        nodes = gpus = 0
+        misses: Counter[str] = Counter()
+        for node in sorted(self._labels):
+            match = match_class(cls, self._labels[node], self._gpus.get(node, ()))
+            if match.matched:
+                nodes += 1
+                gpus += len(match.mig_devices) if cls.spec.mig_profiles else len(match.gpu_indices)
+            else:
+                misses[match.reason] += 1
+        if nodes:
+            matched = cond(
+                CONDITION_MATCHED,
+                True,
+                "Matched",
+                f"{_count(gpus, 'GPU')} of the class on {_count(nodes, 'node')}",
+            )
+        else:
+            why = "; ".join(f"{_count(n, 'node')}: {r}" for r, n in misses.most_common(3))
+            matched = cond(
+                CONDITION_MATCHED,
+                False,
+                "NoMatchingGPUs",
+                f"no node has a GPU of the class ({why or 'there are no nodes'}); pods asking "
+                "for it stay pending until one has: check products, minVramMiB, migProfiles "
+                "and nodeSelector against the nodes' GPUs",
+            )
+        return {"matchingNodes": nodes, "matchingGPUs": gpus, "conditions": [matched]}
 
     @staticmethod
     def _shown(obj: Mapping[str, Any], status: Mapping[str, Any]) -> bool:

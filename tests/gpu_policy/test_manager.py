@@ -16,8 +16,13 @@ from gpusched.clock import FakeClock
 from gpusched.gpu_policy import manager as manager_module
 from gpusched.gpu_policy.manager import PolicyManager, StatusWrite, sharing_policy
 from gpusched.gpu_policy.resolve import EffectivePolicy
+from gpusched.inventory import GPUDevice, MIGDevice
 from gpusched.kube.client import Kube, resource_path
+from gpusched.mig_profiles import place
 from gpusched.sim import SimCluster
+
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
 
 
 def node_policy(
@@ -412,7 +417,7 @@ def test_an_invalid_object_is_logged_told_once_and_ignored(
 def test_classes_are_a_live_read_only_view() -> None:
     rig = Rig()
     classes = rig.manager.classes
-    rig.add(gpu_class("h100", products=["NVIDIA H100 80GB HBM3"], sharing={"mode": "exclusive"}))
+    rig.add(gpu_class("h100", products=[H100], sharing={"mode": "exclusive"}))
     rig.add(gpu_class("small", migProfiles=["1g.10gb"]))
     assert sorted(classes) == ["h100", "small"]
     assert classes["h100"].spec.sharing.mode == "exclusive"
@@ -420,9 +425,109 @@ def test_classes_are_a_live_read_only_view() -> None:
     assert sorted(classes) == ["h100"]
     with pytest.raises(TypeError):
         classes["x"] = classes["h100"]  # type: ignore[index]
-    # A valid class has no status from the manager (it needs the nodes' inventories).
-    assert rig.writes() == {}
     assert rig.cache == {}
+
+
+def _gpu(index: int, product: str = H100, mig: tuple[str, ...] = ()) -> GPUDevice:
+    placed = place(product, mig) if mig else ()
+    return GPUDevice(
+        index=index,
+        uuid=f"GPU-{index:08x}-0000-4000-8000-000000000000",
+        product=product,
+        memory_mib=81559,
+        pci_bus_id=f"00000000:{index + 16:02x}:00.0",
+        mig_enabled=bool(mig),
+        mig_devices=tuple(
+            MIGDevice(
+                uuid=f"MIG-{index:08x}-0000-4000-8000-{i:012x}",
+                profile=profile,
+                memory_mib=9984,
+                gpu_instance_id=i,
+                compute_instance_id=0,
+                placement_start=where.start,
+                placement_size=where.profile.memory_slices,
+            )
+            for i, (profile, where) in enumerate(zip(mig, placed, strict=True))
+        ),
+    )
+
+
+# (case, class spec, GPUs by node, matchingNodes, matchingGPUs, Matched, message fragment)
+CLASS_STATUS_CASES: list[
+    tuple[str, dict[str, Any], dict[str, list[GPUDevice]], int, int, str, str]
+] = [
+    (
+        "whole GPUs of a product",
+        {"products": [H100]},
+        {"a1": [_gpu(0), _gpu(1)], "a2": [_gpu(0, mig=("1g.10gb",))], "b1": [_gpu(0, A100)]},
+        1,
+        2,
+        "True",
+        "2 GPUs of the class on 1 node",
+    ),
+    (
+        "MIG devices count one by one",
+        {"migProfiles": ["1g.10gb"]},
+        {"a1": [_gpu(0, mig=("1g.10gb", "1g.10gb")), _gpu(1, mig=("1g.10gb",))]},
+        1,
+        3,
+        "True",
+        "3 GPUs",
+    ),
+    (
+        "no GPU matches: the commonest reasons",
+        {"products": ["NVIDIA B200"]},
+        {"a1": [_gpu(0)], "a2": [_gpu(0)]},
+        0,
+        0,
+        "False",
+        f"(2 nodes: the node's GPUs are {H100}; the class wants NVIDIA B200; 1 node: the "
+        "node has no GPUs in its inventory)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "inventories", "nodes", "gpus", "matched", "fragment"),
+    [c[1:] for c in CLASS_STATUS_CASES],
+    ids=[c[0] for c in CLASS_STATUS_CASES],
+)
+def test_class_status_counts_the_gpus_of_the_class(
+    spec: dict[str, Any],
+    inventories: dict[str, list[GPUDevice]],
+    nodes: int,
+    gpus: int,
+    matched: str,
+    fragment: str,
+) -> None:
+    rig = Rig()
+    _pools(rig)
+    rig.add(gpu_class("c", **spec))
+    for node, devices in inventories.items():
+        rig.manager.on_inventory(node, devices)
+    status = rig.writes()["GPUClass/c"].status
+    assert (status["matchingNodes"], status["matchingGPUs"]) == (nodes, gpus)
+    (cond,) = status["conditions"]
+    assert (cond["type"], cond["status"]) == ("Matched", matched)
+    assert fragment in cond["message"]
+
+
+def test_an_inventory_change_marks_class_status_dirty_unless_nothing_a_class_reads_changed() -> (
+    None
+):
+    rig = Rig()
+    _pools(rig)
+    rig.manager.on_inventory("a1", [_gpu(0)])  # no class yet: nothing to report
+    assert rig.manager.dirty.is_set()  # (the nodes were new)
+    rig.add(gpu_class("c", products=[H100]))
+    rig.manager.flush()
+    rig.manager.on_inventory("a1", [_gpu(0)])
+    assert not rig.manager.dirty.is_set()
+    rig.manager.on_inventory("a1", [_gpu(0), _gpu(1)])
+    assert rig.manager.dirty.is_set()
+    rig.manager.flush()
+    rig.manager.on_inventory("a1", None)
+    assert rig.manager.dirty.is_set()
 
 
 def test_sharing_policy_carries_every_limit() -> None:
