@@ -1,7 +1,8 @@
 """GPU policies reach the scheduler end to end (the simulation by default, or the cluster named
 by ``GPUSCHED_E2E_KUBECONFIG``): a ``GPUNodePolicy`` listed at start and one changed while
 running set the sharing limits of the ledgers of exactly the nodes it selects, and its status
-says how many nodes it applies to. Without the policy CRDs (simulation only: deleting a CRD
+says how many nodes it applies to; a ``GPUClass`` reaches the plugins' Handle and its status
+counts its GPUs. Without the policy CRDs (simulation only: deleting a CRD
 deletes every object of it) the scheduler still syncs and schedules, with the defaults."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gpusched.kube.errors import APINotFound
 from gpusched.scheduler import Scheduler
 
 POLICIES = resource_path("gpusched.io", "v1alpha1", "gpunodepolicies")
+CLASSES = resource_path("gpusched.io", "v1alpha1", "gpuclasses")
 CRDS = resource_path("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 WANTED = SharingPolicy(vram_percent=150, max_clients_per_gpu=2)
 
@@ -111,6 +113,38 @@ async def test_a_node_policy_reaches_the_ledgers_of_its_nodes_and_says_so(bed: B
     finally:
         with contextlib.suppress(APINotFound):
             await bed.kube.delete(f"{POLICIES}/{name}")
+
+
+def _matched(obj: dict[str, Any] | None, gpus: int) -> bool:
+    status = (obj or {}).get("status") or {}
+    conditions = {c["type"]: c["status"] for c in status.get("conditions") or ()}
+    return status.get("matchingGPUs") == gpus and conditions.get("Matched") == "True"
+
+
+async def test_a_gpu_class_reaches_the_handle_and_its_status_counts_its_gpus(bed: Bed) -> None:
+    await bed.add_nodes(2)  # 8 H100s each
+    name = bed.target.name("h100")
+    body = {
+        "apiVersion": "gpusched.io/v1alpha1",
+        "kind": "GPUClass",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {E2E_LABEL: bed.prefix}},
+            "products": ["NVIDIA H100 80GB HBM3"],
+            "sharing": {"mode": "exclusive"},
+        },
+    }
+    await bed.kube.create(CLASSES, body)
+    try:
+        async with bed.running() as scheduler:
+            await objects_until(bed.kube, CLASSES, lambda cs: _matched(cs.get(name), 16))
+            for fw in scheduler.frameworks.values():
+                assert fw.gpu_classes[name].spec.sharing.mode == "exclusive"
+            await bed.kube.delete(f"{CLASSES}/{name}")
+            await objects_until(bed.kube, CLASSES, lambda cs: name not in cs)
+    finally:
+        with contextlib.suppress(APINotFound):
+            await bed.kube.delete(f"{CLASSES}/{name}")
 
 
 @pytest.mark.simonly  # deletes the policy CRDs
