@@ -5,7 +5,9 @@ The shape is kube-scheduler's (pkg/scheduler/schedule_one.go):
 - **Informers** (``gpusched.kube.reflector``) list and watch nodes, GPU inventories, all pods
   and the reservation Leases into the cache, the queue and the reservation book. Nothing is
   scheduled before all of them have synced: after a restart the state is rebuilt from the
-  pods' assignment annotations and the Leases first.
+  pods' assignment annotations and the Leases first. The GPU policies and classes go to a
+  ``gpusched.gpu_policy.manager.PolicyManager``, which gives the cache each node's sharing
+  limits; their CRDs are optional (not installed, or not ours to read: the defaults hold).
 - **The scheduling cycle** (``schedule_one``) is serial and never awaits: pop a pod, update the
   frozen snapshot, PreFilter, then the pod's equivalence class (``gpusched.equivalence``) or
   Filter over a sample of the nodes (``percentageOfNodesToScore``) and Score; pick a node;
@@ -50,6 +52,7 @@ from typing import Any
 from gpusched.annotations import RESERVATION_UID, Assignment
 from gpusched.cache import NodeInfo, SchedulerCache, Snapshot
 from gpusched.cache.errors import CacheError
+from gpusched.cache.ledger import SharingPolicy
 from gpusched.clock import Clock, RealClock
 from gpusched.equivalence import EquivalenceCache, Placement
 from gpusched.events import EventRecorder
@@ -68,6 +71,7 @@ from gpusched.framework import (
     build_frameworks,
     default_registry,
 )
+from gpusched.gpu_policy.manager import PLURALS, PolicyManager
 from gpusched.inventory import InventoryError, inventory_from_object
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIError, APINotFound
@@ -229,6 +233,8 @@ class Scheduler:
             qps=self.config.events.qps,
             burst=self.config.events.burst,
         )
+        # GPU policies and classes (their informers below); it tells the cache node limits.
+        self.policies = PolicyManager(self._set_node_policy, self.clock, event=self.events.eventf)
         self.frameworks: dict[str, Framework] = build_frameworks(
             self.config,
             registry if registry is not None else default_registry(),
@@ -237,6 +243,7 @@ class Scheduler:
             kube=kube,
             node_lister=self.snapshot,
             events=self.events,
+            gpu_classes=self.policies.classes,
         )
         first = next(iter(self.frameworks.values()))
         self._hints = event_hints(self.frameworks.values())
@@ -356,13 +363,31 @@ class Scheduler:
                 label_selector=MEMBER_LABEL,
                 name="replicas",
             ),
+            *(
+                Reflector(
+                    k,
+                    resource_path("gpusched.io", "v1alpha1", PLURALS[kind]),
+                    handler=handler,
+                    name=PLURALS[kind],
+                    optional=True,  # a cluster without the CRD schedules with the defaults
+                )
+                for kind, handler in (
+                    ("GPUNodePolicy", self.policies.on_node_policy),
+                    ("ClusterGPUPolicy", self.policies.on_cluster_policy),
+                    ("GPUClass", self.policies.on_class),
+                )
+            ),
         ]
 
     def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
+        name = node["metadata"]["name"]
         if kind == "DELETED":
             self.cache.remove_node(node)
-            self._drop_gpu_series(node["metadata"]["name"])
+            self.policies.on_node(name, None)
+            self._drop_gpu_series(name)
             return
+        # Limits first: the cache builds the new node's ledger once, with them.
+        self.policies.on_node(name, node["metadata"].get("labels") or {})
         if kind == "ADDED":
             self.cache.add_node(node)
             self.book.on_node_added(node["metadata"]["name"])  # its Lease may have come first
@@ -381,8 +406,17 @@ class Scheduler:
             except InventoryError as exc:
                 log.warning("ignoring the GPU inventory of node %s: %s", name, exc)
         self.cache.set_inventory(name, inventory)
+        self.policies.on_inventory(name, inventory.gpus if inventory is not None else None)
         event = {"ADDED": "Add", "DELETED": "Delete"}.get(kind, "Update")
         self._emit(f"GPUNodeInventory/{event}", old, obj if kind != "DELETED" else None)
+
+    def _set_node_policy(self, name: str, policy: SharingPolicy | None) -> None:
+        """The policy manager resolved new sharing limits for a node: a known node's pods
+        that GPUFit rejected may fit now (or no longer), so they are told as a Node/Update."""
+        self.cache.set_node_policy(name, policy)
+        node = self.informers[0].items.get(name) if self.ready.is_set() else None
+        if node is not None and self.cache.node_info(name) is not None:
+            self._emit("Node/Update", node, node)
 
     def _on_lease(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         self.book.on_lease(kind, obj)
@@ -570,6 +604,9 @@ class Scheduler:
                 )
             )
             tasks.append(asyncio.create_task(self._publish_metrics(), name="metrics"))
+            tasks.append(
+                asyncio.create_task(self.policies.run(self.kube), name="gpu-policy-status")
+            )
             await self._loop()
         finally:
             self.queue.close()

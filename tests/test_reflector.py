@@ -12,12 +12,12 @@ import pytest
 
 from gpusched.annotations import Assignment, assignment_annotations
 from gpusched.inventory import RESOURCE_GPU
-from gpusched.kube.client import Kube
+from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIError, APIGone
 from gpusched.kube.reflector import Reflector, object_key
 from gpusched.scheduler import Scheduler
 from gpusched.sim import FaultRule, SimCluster
-from gpusched.sim.fleet import ClusterSpec, node_names
+from gpusched.sim.fleet import ClusterSpec, ensure_crd, node_names
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
 PODS = "/api/v1/namespaces/default/pods"
@@ -210,3 +210,62 @@ async def test_a_pod_recreated_under_its_name_is_deleted_then_added_on_relist() 
         info = sched.cache.node_info(node)
         assert info is not None
         assert [d.index for d in info.ledger.devices if d.free] == [0, 1]
+
+
+@pytest.mark.simonly  # deletes a CRD
+async def test_an_optional_resource_not_served_is_synced_and_empty_until_it_is(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A CRD not installed: synced at once with nothing, one warning however often it is
+    retried, its objects once installed, and deletions when it goes again."""
+    path = resource_path("gpusched.io", "v1alpha1", "gpuclasses")
+    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gpuclasses.gpusched.io"
+    async with SimCluster(None, kubelets=False) as sim:
+        await sim.kube.delete(crd)
+        seen: list[tuple[str, str]] = []
+        changed = asyncio.Event()
+
+        def handler(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+            seen.append((kind, obj["metadata"]["name"]))
+            changed.set()
+
+        reflector = Reflector(
+            Kube(sim.api_client()),
+            path,
+            handler=handler,
+            backoff_max=0.02,
+            watch_timeout=1,
+            name="gpuclasses",
+            optional=True,
+        )
+        task = asyncio.create_task(reflector.run())
+        try:
+            await asyncio.wait_for(reflector.synced.wait(), timeout=30)
+            assert reflector.missing
+            assert reflector.items == {}
+            await ensure_crd(sim.api_client(), name="gpuclasses.gpusched.io")
+            await sim.kube.create(
+                path,
+                {
+                    "apiVersion": "gpusched.io/v1alpha1",
+                    "kind": "GPUClass",
+                    "metadata": {"name": "h100"},
+                    "spec": {},
+                },
+            )
+            await asyncio.wait_for(changed.wait(), timeout=30)
+            assert seen == [("ADDED", "h100")]
+            assert not reflector.missing
+            # Retried every 20 ms while the CRD was being installed, told once.
+            warnings = [r for r in caplog.records if "going on without it" in r.message]
+            assert len(warnings) == 1
+            assert "404" in warnings[0].message
+            changed.clear()
+            await sim.kube.delete(crd)
+            await asyncio.wait_for(changed.wait(), timeout=30)
+            assert seen[-1] == ("DELETED", "h100")
+            assert reflector.items == {}
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from gpusched.cache import NodeInfo
+    from gpusched.gpu_policy.models import GPUClass
     from gpusched.kube import Kube
 
 __all__ = [
@@ -302,6 +303,13 @@ class Handle(Protocol):
     @property
     def events(self) -> EventRecorder:
         """Writes Events (best effort, never blocks)."""
+        ...
+
+    @property
+    def gpu_classes(self) -> Mapping[str, GPUClass]:
+        """The cluster's valid ``GPUClass`` objects by name, kept current by the scheduler's
+        policy informers (a live read-only view; read it in the scheduling cycle). Empty in
+        a framework built without a scheduler."""
         ...
 
     def get_waiting_pod(self, uid: str) -> WaitingPod | None:

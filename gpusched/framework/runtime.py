@@ -82,6 +82,7 @@ from .status import SUCCESS, Code, Status
 
 if TYPE_CHECKING:
     from gpusched.cache import NodeInfo
+    from gpusched.gpu_policy.models import GPUClass
     from gpusched.kube import Kube
 
 __all__ = [
@@ -366,13 +367,15 @@ class Framework:
         node_lister: NodeLister | None = None,
         events: EventRecorder | None = None,
         origin: ConfigOrigin | None = None,
+        gpu_classes: Mapping[str, GPUClass] | None = None,
     ) -> None:
         """Build the framework; ``ConfigError`` (naming ``source``, or ``origin``'s file, with
         field paths under ``path`` and lines from ``origin``) for unknown plugins, bad args,
         plugins at points they do not implement, and a profile without exactly one QueueSort
-        plugin or without a Bind plugin. ``kube``, ``node_lister`` and ``events`` are the
-        services the ``Handle`` gives plugins."""
+        plugin or without a Bind plugin. ``kube``, ``node_lister``, ``events`` and
+        ``gpu_classes`` are the services the ``Handle`` gives plugins."""
         self._profile = profile
+        self._gpu_classes: Mapping[str, GPUClass] = gpu_classes if gpu_classes is not None else {}
         self._kube = kube
         self._node_lister = node_lister
         self._events = events
@@ -612,6 +615,11 @@ class Framework:
         if self._events is None:
             raise RuntimeError("this framework was built without an event recorder")
         return self._events
+
+    @property
+    def gpu_classes(self) -> Mapping[str, GPUClass]:
+        """The valid GPU classes by name (``Handle.gpu_classes``); empty without a scheduler."""
+        return self._gpu_classes
 
     @property
     def profile_name(self) -> str:
@@ -1051,6 +1059,7 @@ def build_frameworks(
     kube: Kube | None = None,
     node_lister: NodeLister | None = None,
     events: EventRecorder | None = None,
+    gpu_classes: Mapping[str, GPUClass] | None = None,
 ) -> dict[str, Framework]:
     """One ``Framework`` per profile, by scheduler name (upstream's ``profile.NewMap``).
 
@@ -1076,6 +1085,7 @@ def build_frameworks(
             node_lister=node_lister,
             events=events,
             origin=origin,
+            gpu_classes=gpu_classes,
         )
         sort_name = fw.list_plugins()["queueSort"][0]
         if first_sort is None:

@@ -6,6 +6,11 @@ connection) re-watch from the last resourceVersion seen; when the server answers
 window was missed, so list again and diff against the local copy, emitting the deletions that
 happened while we were away. Transport and 5xx errors back off exponentially with jitter.
 
+An ``optional`` reflector is for a resource the cluster may not serve (a CRD not installed, or
+no permission to list it): a 404 or 403 on a list logs one warning, counts as synced with no
+objects (those it had are deleted, as the CRD's removal deletes them), and is retried quietly
+every ``backoff_max`` seconds until the resource appears. Others retry such errors forever.
+
 After any sequence of drops and 410s the local ``items`` equals a fresh list of the server, and
 the handler has seen an event for every change of state between the two (possibly collapsed:
 two updates missed during a gap arrive as one MODIFIED; an object deleted and created again
@@ -22,7 +27,7 @@ from typing import Any
 
 from gpusched.clock import Clock, RealClock
 from gpusched.kube.client import Kube
-from gpusched.kube.errors import APIError, APIGone
+from gpusched.kube.errors import APIError, APIForbidden, APIGone, APINotFound
 
 __all__ = ["Handler", "Reflector", "object_key"]
 
@@ -53,6 +58,7 @@ class Reflector:
         backoff_max: float = 30.0,
         watch_timeout: int | None = None,
         name: str = "",
+        optional: bool = False,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -65,6 +71,9 @@ class Reflector:
         self.backoff_max = backoff_max
         self.watch_timeout = watch_timeout
         self.name = name or path
+        self.optional = optional
+        self.missing = False
+        """Optional reflectors: the last list was answered 404 or 403 (module docstring)."""
         self.items: dict[str, dict[str, Any]] = {}
         self.resource_version = ""
         self.synced = asyncio.Event()
@@ -97,11 +106,35 @@ class Reflector:
                 )
                 need_list = True
             except APIError as exc:
+                if self.optional and isinstance(exc, (APINotFound, APIForbidden)):
+                    self._absent(exc)
+                    need_list = True
+                    await self.clock.sleep(self.backoff_max)
+                    continue
                 self.errors += 1
                 wait = max(delay * random.uniform(0.8, 1.2), exc.retry_after)
                 log.warning("%s: %s; retrying in %.2fs", self.name, exc, wait)
                 await self.clock.sleep(wait)
                 delay = min(delay * 2, self.backoff_max)
+
+    def _absent(self, exc: APIError) -> None:
+        """An optional resource is not served (or not ours to list): synced, and empty."""
+        if not self.missing:
+            self.missing = True
+            log.warning(
+                "%s: the API server answers %s to listing %s (%s): going on without it, as if "
+                "there were none; install its CRD (deploy/crds) or grant list and watch on it "
+                "(deploy/rbac.yaml) to use it",
+                self.name,
+                exc.code,
+                self.path,
+                exc.message,
+            )
+        old, self.items, self.resource_version = self.items, {}, ""
+        if self.handler is not None:
+            for prev in old.values():
+                self.handler("DELETED", prev, prev)
+        self.synced.set()
 
     async def list(self) -> None:
         """Replace the local copy with a fresh paged list, emitting the differences."""
@@ -127,6 +160,9 @@ class Reflector:
                 rv = str(meta.get("resourceVersion", ""))
                 break
         self.lists += 1
+        if self.missing:
+            self.missing = False
+            log.info("%s: %s is served now", self.name, self.path)
         old = self.items
         self.items = fresh
         self.resource_version = rv
