@@ -32,10 +32,14 @@ Cost: O(containers x resources + annotations) per pod, a few tens of microsecond
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final, Literal
+
+from gpusched.annotations import PRIORITY
+from gpusched.inventory import RESOURCE_GPU
 
 from . import hami, kai, native, nvidia, woolyai
 from ._common import Given, Partial, PodView, RequestError
@@ -129,8 +133,121 @@ def read_gpu_request(pod: Mapping[str, Any]) -> GPURequest | None:
     """The pod's GPU request; ``None`` when it asks for no GPU at all.
 
     Raises :class:`RequestError` for a malformed or contradictory request; the message names
-    the field and says what would fix it.
+    the field and says what would fix it. Pods that ask for no GPU or for plain whole GPUs take
+    the fast path (module docstring), with exactly the general path's result.
     """
+    fast = _read_fast(pod)
+    if fast is not _Fallback.GENERAL:
+        return fast
+    return _read_general(pod)
+
+
+# The fast path. It reads the two shapes nearly every pod has, by one pass over plain dicts
+# that bails out (to the general path) at the first thing it does not handle itself: any
+# field another form reads (ANNOTATIONS / RESOURCES of every reader, MIG resources, all
+# gpusched.io/* annotations but the priority), any value that is not a plain count, any part
+# of the pod that is not the dict or list the API gives. What it handles is what the general
+# path does with it:
+# - no GPU field at all: every reader returns None, so the request is None;
+# - nvidia.com/gpu alone (and gpusched.io/priority): nvidia's whole-GPU partial. Counts are
+#   summed over app containers; init containers (and sidecars) name no GPU field here, so
+#   kube-scheduler's init peak (gpusched.cache.pod_requests) adds nothing to the sum.
+# tests/gpu_requests/test_gpu_requests_fast.py compares both paths on random pods.
+class _Fallback(enum.Enum):
+    GENERAL = enum.auto()
+    """``_read_fast``'s answer for a pod it leaves to the general path."""
+
+
+_GENERAL: Final = _Fallback.GENERAL
+_FAST_PRIORITY: Final = PRIORITY
+_GPU: Final = RESOURCE_GPU
+_SLOW_ANNOTATIONS: Final = frozenset().union(*(r.ANNOTATIONS for r in _READERS)) - {_FAST_PRIORITY}
+_SLOW_RESOURCES: Final = frozenset().union(*(r.RESOURCES for r in _READERS)) - {_GPU}
+_SLOW_PREFIX: Final = nvidia.RESOURCE_PREFIX
+_MAX_FAST_COUNT: Final = 10**9
+"""Larger counts (and any quantity with a unit or a sign) take the general path."""
+_EMPTY: Final[dict[str, Any]] = {}
+
+
+def _fast_count(raw: Any) -> int | None:
+    """``raw`` as parse_int reads a count, when it is plain digits or an int; else None."""
+    if type(raw) is str:
+        if raw.isdigit() and raw.isascii() and len(raw) < 10:
+            return int(raw)
+        return None
+    if type(raw) is int and 0 <= raw < _MAX_FAST_COUNT:
+        return raw
+    return None
+
+
+def _read_fast(pod: Mapping[str, Any]) -> GPURequest | _Fallback | None:
+    """The request of a pod without GPU fields or with plain ``nvidia.com/gpu`` counts;
+    :data:`_GENERAL` for any other pod. O(containers x resources + annotations)."""
+    if type(pod) is not dict:
+        return _GENERAL
+    priority_text: Any = None
+    meta = pod.get("metadata")
+    if meta:
+        if type(meta) is not dict:
+            return _GENERAL
+        annotations = meta.get("annotations")
+        if annotations:
+            if type(annotations) is not dict or not _SLOW_ANNOTATIONS.isdisjoint(annotations):
+                return _GENERAL
+            priority_text = annotations.get(_FAST_PRIORITY)
+    count = 0
+    spec = pod.get("spec")
+    if spec:
+        if type(spec) is not dict:
+            return _GENERAL
+        for key in ("containers", "initContainers"):
+            containers = spec.get(key)
+            if not containers:
+                continue
+            if type(containers) is not list:
+                return _GENERAL
+            for container in containers:
+                if type(container) is not dict:
+                    return _GENERAL
+                resources = container.get("resources")
+                if not resources:
+                    continue
+                if type(resources) is not dict:
+                    return _GENERAL
+                limits = resources.get("limits") or _EMPTY
+                requests = resources.get("requests") or _EMPTY
+                if type(limits) is not dict or type(requests) is not dict:
+                    return _GENERAL
+                raw: Any = None
+                for names in (limits, requests):
+                    for name in names:
+                        if (
+                            type(name) is not str
+                            or name in _SLOW_RESOURCES
+                            or name.startswith(_SLOW_PREFIX)
+                        ):
+                            return _GENERAL
+                        if name == _GPU and raw is None:
+                            raw = names[name]  # limits over requests
+                            if raw is None:
+                                return _GENERAL
+                if raw is not None:
+                    if key == "initContainers":
+                        return _GENERAL
+                    amount = _fast_count(raw)
+                    if amount is None:
+                        return _GENERAL
+                    count += amount
+    if not count:
+        if priority_text is not None:
+            native.parse_priority_text(str(priority_text))  # raises as the general path does
+        return None
+    priority = 0 if priority_text is None else native.parse_priority_text(str(priority_text))
+    return GPURequest(mode="whole", count=count, priority=priority, source=nvidia.SOURCE)
+
+
+def _read_general(pod: Mapping[str, Any]) -> GPURequest | None:
+    """Every reader, merged and checked (module docstring)."""
     view = PodView(pod)
     partials = [p for reader in _READERS if (p := reader.read(view)) is not None]
     if not partials:
