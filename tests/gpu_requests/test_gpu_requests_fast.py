@@ -1,0 +1,215 @@
+"""The fast path of ``read_gpu_request`` gives exactly the general path's result.
+
+Table tests pin which pods it handles; a hypothesis test compares both paths (value, or the
+exception's type and message) on random pods shaped like the ones it handles, mutated towards
+the ones it must hand on; a recording test checks that every annotation and resource a reader
+looks up is listed in its module's ANNOTATIONS / RESOURCES, which the fast path trusts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpusched.gpu_requests as package
+from gpusched.gpu_requests import GPURequest, RequestError, hami, kai, native, nvidia, woolyai
+from gpusched.gpu_requests._common import PodView
+
+_read_fast = package._read_fast
+_read_general = package._read_general
+_GENERAL = package._GENERAL
+
+
+def _pod(
+    containers: list[dict[str, Any]],
+    annotations: dict[str, Any] | None = None,
+    init: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)]
+    }
+    if init is not None:
+        spec["initContainers"] = [{"name": f"i{i}", "resources": r} for i, r in enumerate(init)]
+    meta: dict[str, Any] = {"name": "p", "namespace": "default"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"metadata": meta, "spec": spec}
+
+
+CPU = {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}
+GPU2 = {"limits": {"cpu": "1", "nvidia.com/gpu": "2"}}
+WHOLE_2 = GPURequest(mode="whole", count=2, source="nvidia")
+
+# (id, pod, what the fast path answers: a request, None, or _GENERAL)
+FAST: list[tuple[str, dict[str, Any], Any]] = [
+    ("empty pod", {}, None),
+    ("cpu only", _pod([CPU]), None),
+    ("foreign annotations", _pod([CPU], {"app": "x", "gpusched.io/gpu-ids": "0"}), None),
+    ("other vendor", _pod([{"limits": {"amd.com/gpu": "1"}}]), None),
+    ("priority without gpu", _pod([CPU], {"gpusched.io/priority": "3"}), None),
+    ("whole", _pod([GPU2]), WHOLE_2),
+    ("whole int", _pod([{"limits": {"nvidia.com/gpu": 2}}]), WHOLE_2),
+    ("requests only", _pod([{"requests": {"nvidia.com/gpu": "2"}}]), WHOLE_2),
+    ("limits over requests", _pod([{"limits": {"nvidia.com/gpu": "2"}, "requests": {}}]), WHOLE_2),
+    ("summed", _pod([{"limits": {"nvidia.com/gpu": "1"}}] * 2), WHOLE_2),
+    ("cpu init", _pod([GPU2], init=[CPU]), WHOLE_2),
+    (
+        "priority",
+        _pod([GPU2], {"gpusched.io/priority": "1"}),
+        GPURequest(mode="whole", count=2, priority=1, source="nvidia"),
+    ),
+    ("zero", _pod([{"limits": {"nvidia.com/gpu": "0"}}]), None),
+    # handed on
+    ("gpu in init", _pod([CPU], init=[GPU2]), _GENERAL),
+    ("unit", _pod([{"limits": {"nvidia.com/gpu": "1k"}}]), _GENERAL),
+    ("negative", _pod([{"limits": {"nvidia.com/gpu": "-1"}}]), _GENERAL),
+    ("spaces", _pod([{"limits": {"nvidia.com/gpu": " 1"}}]), _GENERAL),
+    ("bool", _pod([{"limits": {"nvidia.com/gpu": True}}]), _GENERAL),
+    ("unicode digit", _pod([{"limits": {"nvidia.com/gpu": "\u0663"}}]), _GENERAL),
+    ("mig", _pod([{"limits": {"nvidia.com/mig-1g.10gb": "1"}}]), _GENERAL),
+    ("hami", _pod([{"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "50"}}]), _GENERAL),
+    ("shared", _pod([{"limits": {"gpusched.io/gpu": "1"}}]), _GENERAL),
+    ("woolyai", _pod([{"limits": {"woolyai.com/gpu": "1"}}]), _GENERAL),
+    ("kai", _pod([CPU], {"gpu-fraction": "0.5"}), _GENERAL),
+    ("gpusched annotation", _pod([GPU2], {"gpusched.io/exclusive": "true"}), _GENERAL),
+    ("annotations not a dict", {"metadata": {"annotations": ["x"]}}, _GENERAL),
+    ("containers not a list", {"spec": {"containers": ({"resources": GPU2},)}}, _GENERAL),
+]
+
+
+@pytest.mark.parametrize(("pod_", "expected"), [c[1:] for c in FAST], ids=[c[0] for c in FAST])
+def test_fast_path_table(pod_: dict[str, Any], expected: Any) -> None:
+    assert _read_fast(pod_) == expected
+    if expected is not _GENERAL:
+        assert _read_general(pod_) == expected
+
+
+BAD_PRIORITY = _pod([GPU2], {"gpusched.io/priority": "9"})
+
+
+@pytest.mark.parametrize("pod_", [BAD_PRIORITY, _pod([CPU], {"gpusched.io/priority": "x"})])
+def test_fast_path_raises_as_the_general_path(pod_: dict[str, Any]) -> None:
+    with pytest.raises(RequestError) as fast:
+        _read_fast(pod_)
+    with pytest.raises(RequestError) as general:
+        _read_general(pod_)
+    assert str(fast.value) == str(general.value)
+
+
+def _outcome(read: Any, pod_: dict[str, Any]) -> tuple[Any, ...]:
+    try:
+        return ("ok", read(pod_))
+    except Exception as exc:  # both paths must fail alike, whatever the failure
+        return ("raised", type(exc), str(exc))
+
+
+_RES_KEYS = st.sampled_from(
+    [
+        "nvidia.com/gpu",
+        "nvidia.com/gpu",
+        "nvidia.com/gpu",
+        "cpu",
+        "memory",
+        "amd.com/gpu",
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/gpumem",
+        "nvidia.com/gpucores",
+        "gpusched.io/gpu",
+        "gpusched.io/vram",
+        "woolyai.com/gpu",
+    ]
+)
+_RES_VALUES = st.one_of(
+    st.sampled_from(["0", "1", "2", "8", "01", "1k", " 1", "-1", "0.5", "x", "", "\u0663"]),
+    st.sampled_from([None, True, 0, 3, -2, 1.0, "9999999999", "99999999999999999999"]),
+)
+_ANN_KEYS = st.sampled_from(
+    [
+        "gpusched.io/priority",
+        "gpusched.io/priority",
+        "app",
+        "gpusched.io/gpu-ids",
+        *sorted(native.ANNOTATIONS | kai.ANNOTATIONS | woolyai.ANNOTATIONS),
+    ]
+)
+_ANN_VALUES = st.sampled_from(["0", "2", "4", "5", " 1", "x", "", "true", "0.5", None, 3])
+_LIST = st.dictionaries(_RES_KEYS, _RES_VALUES, max_size=3)
+_RESOURCES = st.one_of(
+    st.fixed_dictionaries({"limits": _LIST}),
+    st.fixed_dictionaries({"limits": _LIST, "requests": _LIST}),
+    st.fixed_dictionaries({"requests": _LIST}),
+    st.sampled_from([{}, {"limits": None}, {"limits": {}, "requests": None}]),
+)
+_CONTAINER = st.fixed_dictionaries(
+    {"name": st.sampled_from(["a", "b"]), "resources": _RESOURCES},
+    optional={"restartPolicy": st.just("Always")},
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    st.lists(_CONTAINER, max_size=3),
+    st.one_of(st.none(), st.lists(_CONTAINER, max_size=2)),
+    st.one_of(st.none(), st.dictionaries(_ANN_KEYS, _ANN_VALUES, max_size=3)),
+)
+def test_fast_path_equals_general_path(
+    containers: list[dict[str, Any]],
+    init: list[dict[str, Any]] | None,
+    annotations: dict[str, Any] | None,
+) -> None:
+    spec: dict[str, Any] = {"containers": containers}
+    if init is not None:
+        spec["initContainers"] = init
+    pod_ = {"metadata": {"name": "p", "annotations": annotations}, "spec": spec}
+    assert _outcome(package.read_gpu_request, pod_) == _outcome(_read_general, pod_)
+
+
+class _Recording(dict[str, Any]):
+    """Annotations that remember which names the readers looked up."""
+
+    def __init__(self, seen: set[str]) -> None:
+        super().__init__(app="x")  # not empty: PodView reads an empty mapping as none
+        self.seen = seen
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.seen.add(key)
+        return super().get(key, default)
+
+
+# One pod per reader shape, so each reader reads all it reads (none of them raises first).
+RECORDED = [
+    _pod([{"limits": {"gpusched.io/gpu": "1", "gpusched.io/vram": "1Gi"}}]),
+    _pod([{"limits": {"nvidia.com/gpu": "1"}}]),
+    _pod([{"limits": {"nvidia.com/mig-1g.10gb": "1"}}]),
+    _pod([{"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}}]),
+    _pod([{"limits": {"woolyai.com/gpu": "1"}}]),
+    _pod([CPU]),
+]
+
+
+@pytest.mark.parametrize("pod_", RECORDED)
+def test_readers_list_every_field_they_read(
+    pod_: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    annotations: set[str] = set()
+    resources: set[str] = set()
+    for method in ("has_resource", "total", "per_gpu"):
+        original = getattr(PodView, method)
+
+        def record(self: PodView, name: str, *args: Any, _f: Any = original, **kw: Any) -> Any:
+            resources.add(name)
+            return _f(self, name, *args, **kw)
+
+        monkeypatch.setattr(PodView, method, record)
+    pod_["metadata"]["annotations"] = _Recording(annotations)
+    with contextlib.suppress(RequestError):  # raised by the checks after all reads
+        _read_general(pod_)
+    readers = (native, nvidia, hami, kai, woolyai)
+    listed = set().union(*(r.RESOURCES for r in readers))
+    assert {n for n in resources if not n.startswith(nvidia.RESOURCE_PREFIX)} <= listed
+    assert annotations <= set().union(*(r.ANNOTATIONS for r in readers))
+    assert annotations  # the recording works
