@@ -55,7 +55,7 @@ from gpusched.annotations import PRIORITY
 from gpusched.inventory import RESOURCE_GPU
 
 from . import hami, kai, native, nvidia, woolyai
-from ._common import Given, Partial, PodView, RequestError
+from ._common import Given, Partial, PodView, RequestError, parse_bool, parse_mib_quantity
 
 __all__ = [
     "SHARED_RESOURCES",
@@ -174,107 +174,135 @@ def read_gpu_request(pod: Mapping[str, Any]) -> GPURequest | None:
     return _read_general(pod)
 
 
-# The fast path. It reads the two shapes nearly every pod has, by one pass over plain dicts
-# that bails out (to the general path) at the first thing it does not handle itself: any
-# field another form reads (ANNOTATIONS / RESOURCES of every reader, MIG resources, all
-# gpusched.io/* annotations but the priority), any value that is not a plain count, any part
-# of the pod that is not the dict or list the API gives. What it handles is what the general
+# The fast paths. They read the shapes nearly every pod has, by one pass over plain dicts
+# (_scan) that bails out (to the general path) at the first thing they do not handle
+# themselves: a field of another form (ANNOTATIONS / RESOURCES of every reader, MIG
+# resources), a GPU field in an init container, any value that is not a plain count, any part
+# of the pod that is not the dict or list the API gives; a value a parser rejects goes to the
+# general path too, which raises its own (first) error. What they handle is what the general
 # path does with it:
 # - no GPU field at all: every reader returns None, so the request is None;
 # - nvidia.com/gpu alone (and gpusched.io/priority): nvidia's whole-GPU partial. Counts are
 #   summed over app containers; init containers (and sidecars) name no GPU field here, so
-#   kube-scheduler's init peak (gpusched.cache.pod_requests) adds nothing to the sum.
+#   kube-scheduler's init peak (gpusched.cache.pod_requests) adds nothing to the sum;
+# - share terms of gpusched's own form (gpusched.io/gpu, vram, priority, exclusive,
+#   swap-from-vram): native's reader alone states anything, so its two booleans are the terms.
 # tests/gpu_requests/test_gpu_requests_fast.py compares both paths on random pods.
 class _Fallback(enum.Enum):
     GENERAL = enum.auto()
-    """``_read_fast``'s answer for a pod it leaves to the general path."""
+    """A fast path's answer for a pod it leaves to the general path."""
 
 
 _GENERAL: Final = _Fallback.GENERAL
-_FAST_PRIORITY: Final = PRIORITY
 _GPU: Final = RESOURCE_GPU
-_SLOW_ANNOTATIONS: Final = frozenset().union(*(r.ANNOTATIONS for r in _READERS)) - {_FAST_PRIORITY}
-_SLOW_RESOURCES: Final = frozenset().union(*(r.RESOURCES for r in _READERS)) - {_GPU}
-_SLOW_PREFIX: Final = nvidia.RESOURCE_PREFIX
-_MAX_FAST_COUNT: Final = 10**9
-"""Larger counts (and any quantity with a unit or a sign) take the general path."""
+_ALL_ANNOTATIONS: Final = frozenset().union(*(r.ANNOTATIONS for r in _READERS))
+_ALL_RESOURCES: Final = frozenset().union(*(r.RESOURCES for r in _READERS))
+_MIG_PREFIX: Final = nvidia.RESOURCE_PREFIX
+_WHOLE_RESOURCES: Final = frozenset({_GPU})
+_WHOLE_SLOW_ANNOTATIONS: Final = _ALL_ANNOTATIONS - {PRIORITY}
+_NATIVE_RESOURCES: Final = frozenset({native.RESOURCE_SHARED_GPU, native.RESOURCE_VRAM})
+_NATIVE_SLOW_ANNOTATIONS: Final = _ALL_ANNOTATIONS - {
+    PRIORITY,
+    native.EXCLUSIVE,
+    native.SWAP_FROM_VRAM,
+}
+_MAX_FAST_DIGITS: Final = 9
+"""Longer counts (and any quantity with a unit or a sign) take the general path."""
 _EMPTY: Final[dict[str, Any]] = {}
 
 
 def _fast_count(raw: Any) -> int | None:
     """``raw`` as parse_int reads a count, when it is plain digits or an int; else None."""
     if type(raw) is str:
-        if raw.isdigit() and raw.isascii() and len(raw) < 10:
+        if raw.isdigit() and raw.isascii() and len(raw) <= _MAX_FAST_DIGITS:
             return int(raw)
         return None
-    if type(raw) is int and 0 <= raw < _MAX_FAST_COUNT:
+    if type(raw) is int and 0 <= raw < 10**_MAX_FAST_DIGITS:
         return raw
     return None
+
+
+def _scan(
+    pod: Mapping[str, Any], slow_annotations: frozenset[str], fast_resources: frozenset[str]
+) -> tuple[Mapping[str, Any], list[dict[str, Any]]] | _Fallback:
+    """The pod's annotations, and the GPU resources of each app container that names any
+    (limits over requests, as :class:`PodView`), when no annotation is in
+    ``slow_annotations`` and every GPU resource is in ``fast_resources``; else
+    :data:`_GENERAL`. O(containers x resources + annotations)."""
+    if type(pod) is not dict:
+        return _GENERAL
+    annotations: Mapping[str, Any] = _EMPTY
+    meta = pod.get("metadata")
+    if meta:
+        if type(meta) is not dict:
+            return _GENERAL
+        found = meta.get("annotations")
+        if found:
+            if type(found) is not dict or not slow_annotations.isdisjoint(found):
+                return _GENERAL
+            annotations = found
+    held: list[dict[str, Any]] = []
+    spec = pod.get("spec")
+    if not spec:
+        return annotations, held
+    if type(spec) is not dict:
+        return _GENERAL
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if not containers:
+            continue
+        if type(containers) is not list:
+            return _GENERAL
+        for container in containers:
+            if type(container) is not dict:
+                return _GENERAL
+            resources = container.get("resources")
+            if not resources:
+                continue
+            if type(resources) is not dict:
+                return _GENERAL
+            limits = resources.get("limits") or _EMPTY
+            requests = resources.get("requests") or _EMPTY
+            if type(limits) is not dict or type(requests) is not dict:
+                return _GENERAL
+            mine: dict[str, Any] | None = None
+            for names in (limits, requests):
+                for name in names:
+                    if type(name) is not str:
+                        return _GENERAL
+                    if name in _ALL_RESOURCES or name.startswith(_MIG_PREFIX):
+                        if name not in fast_resources or key == "initContainers":
+                            return _GENERAL
+                        if mine is None:
+                            mine = {}
+                        mine.setdefault(name, names[name])  # limits over requests
+            if mine is not None:
+                held.append(mine)
+    return annotations, held
 
 
 def _read_fast(pod: Mapping[str, Any]) -> GPURequest | _Fallback | None:
     """The request of a pod without GPU fields or with plain ``nvidia.com/gpu`` counts;
     :data:`_GENERAL` for any other pod. O(containers x resources + annotations)."""
-    if type(pod) is not dict:
+    scanned = _scan(pod, _WHOLE_SLOW_ANNOTATIONS, _WHOLE_RESOURCES)
+    if scanned is _GENERAL:
         return _GENERAL
-    priority_text: Any = None
-    meta = pod.get("metadata")
-    if meta:
-        if type(meta) is not dict:
-            return _GENERAL
-        annotations = meta.get("annotations")
-        if annotations:
-            if type(annotations) is not dict or not _SLOW_ANNOTATIONS.isdisjoint(annotations):
-                return _GENERAL
-            priority_text = annotations.get(_FAST_PRIORITY)
+    annotations, held = scanned
     count = 0
-    spec = pod.get("spec")
-    if spec:
-        if type(spec) is not dict:
+    for resources in held:
+        amount = _fast_count(resources[_GPU])
+        if amount is None:
             return _GENERAL
-        for key in ("containers", "initContainers"):
-            containers = spec.get(key)
-            if not containers:
-                continue
-            if type(containers) is not list:
-                return _GENERAL
-            for container in containers:
-                if type(container) is not dict:
-                    return _GENERAL
-                resources = container.get("resources")
-                if not resources:
-                    continue
-                if type(resources) is not dict:
-                    return _GENERAL
-                limits = resources.get("limits") or _EMPTY
-                requests = resources.get("requests") or _EMPTY
-                if type(limits) is not dict or type(requests) is not dict:
-                    return _GENERAL
-                raw: Any = None
-                for names in (limits, requests):
-                    for name in names:
-                        if (
-                            type(name) is not str
-                            or name in _SLOW_RESOURCES
-                            or name.startswith(_SLOW_PREFIX)
-                        ):
-                            return _GENERAL
-                        if name == _GPU and raw is None:
-                            raw = names[name]  # limits over requests
-                            if raw is None:
-                                return _GENERAL
-                if raw is not None:
-                    if key == "initContainers":
-                        return _GENERAL
-                    amount = _fast_count(raw)
-                    if amount is None:
-                        return _GENERAL
-                    count += amount
+        count += amount
+    text = annotations.get(PRIORITY)
+    priority = 0
+    if text is not None:
+        try:
+            priority = native.parse_priority_text(str(text))
+        except RequestError:
+            return _GENERAL
     if not count:
-        if priority_text is not None:
-            native.parse_priority_text(str(priority_text))  # raises as the general path does
         return None
-    priority = 0 if priority_text is None else native.parse_priority_text(str(priority_text))
     return GPURequest(mode="whole", count=count, priority=priority, source=nvidia.SOURCE)
 
 
@@ -343,15 +371,56 @@ def read_share_terms(pod: Mapping[str, Any]) -> ShareTerms:
     its assignment, the terms from here, so the rules of every form (which annotations ask for
     a dedicated GPU or allow swap, WoolyAI's swap default, HAMi's ``gpucores``, 100 meaning
     the GPU alone) live in the readers only. Raises :class:`RequestError` when a reader
-    rejects a field or two forms disagree. Cost: the readers and the merge, as the general
-    path (~20-30 us for a shared pod).
+    rejects a field or two forms disagree. Cost: ~3 us for gpusched's own form (a fast path,
+    module docstring), else the readers and the merge, ~20-35 us.
     """
+    fast = _share_terms_fast(pod)
+    if fast is not _Fallback.GENERAL:
+        return fast
+    return _share_terms_general(pod)
+
+
+def _share_terms_general(pod: Mapping[str, Any]) -> ShareTerms:
     partials = _partials(pod)
     merged = _merge(partials)
     values = _values(merged, partials, _primary(partials))
     return ShareTerms(
         values["exclusive"], values["swap_from_vram"], values.get("cores_percent") or 0
     )
+
+
+def _share_terms_fast(pod: Mapping[str, Any]) -> ShareTerms | _Fallback:
+    """The terms of a pod in gpusched's own form: what :func:`native.read` checks, checked the
+    same way (a count per container, VRAM from the one container that asks the GPUs)."""
+    scanned = _scan(pod, _NATIVE_SLOW_ANNOTATIONS, _NATIVE_RESOURCES)
+    if scanned is _GENERAL:
+        return _GENERAL
+    annotations, held = scanned
+    vram: list[dict[str, Any]] = []
+    any_gpu = False
+    for resources in held:
+        if native.RESOURCE_SHARED_GPU in resources:
+            any_gpu = True
+            if _fast_count(resources[native.RESOURCE_SHARED_GPU]) is None:
+                return _GENERAL
+        if native.RESOURCE_VRAM in resources:
+            vram.append(resources)
+    try:
+        if vram:
+            if len(vram) > 1 or (any_gpu and native.RESOURCE_SHARED_GPU not in vram[0]):
+                return _GENERAL
+            parse_mib_quantity(native.RESOURCE_VRAM, vram[0][native.RESOURCE_VRAM])
+        text = annotations.get(PRIORITY)
+        if text is not None:
+            native.parse_priority_text(str(text))
+        exclusive = swap = False
+        if (text := annotations.get(native.EXCLUSIVE)) is not None:
+            exclusive = parse_bool(native.EXCLUSIVE, str(text))
+        if (text := annotations.get(native.SWAP_FROM_VRAM)) is not None:
+            swap = parse_bool(native.SWAP_FROM_VRAM, str(text))
+    except RequestError:
+        return _GENERAL
+    return ShareTerms(exclusive, swap, 0)
 
 
 def _origin(merged: dict[str, Given], name: str) -> str:

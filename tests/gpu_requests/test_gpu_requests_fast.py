@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import gpusched.gpu_requests as package
 from gpusched.gpu_requests import GPURequest, RequestError, hami, kai, native, nvidia, woolyai
-from gpusched.gpu_requests._common import PodView
+from gpusched.gpu_requests._common import PodView, _parse_mib_general, parse_mib_quantity
 
 _read_fast = package._read_fast
 _read_general = package._read_general
@@ -92,12 +92,10 @@ BAD_PRIORITY = _pod([GPU2], {"gpusched.io/priority": "9"})
 
 
 @pytest.mark.parametrize("pod_", [BAD_PRIORITY, _pod([CPU], {"gpusched.io/priority": "x"})])
-def test_fast_path_raises_as_the_general_path(pod_: dict[str, Any]) -> None:
-    with pytest.raises(RequestError) as fast:
-        _read_fast(pod_)
-    with pytest.raises(RequestError) as general:
-        _read_general(pod_)
-    assert str(fast.value) == str(general.value)
+def test_rejected_values_go_to_the_general_path(pod_: dict[str, Any]) -> None:
+    assert _read_fast(pod_) is _GENERAL
+    with pytest.raises(RequestError, match="is not a priority"):
+        package.read_gpu_request(pod_)
 
 
 def _outcome(read: Any, pod_: dict[str, Any]) -> tuple[Any, ...]:
@@ -221,3 +219,73 @@ def test_readers_list_every_field_they_read(
     assert {n for n in resources if not n.startswith(nvidia.RESOURCE_PREFIX)} <= listed
     assert annotations <= set().union(*(r.ANNOTATIONS for r in readers))
     assert annotations  # the recording works
+
+
+_TERMS_RES = st.sampled_from(
+    [
+        "gpusched.io/gpu",
+        "gpusched.io/gpu",
+        "gpusched.io/vram",
+        "gpusched.io/vram",
+        "cpu",
+        "nvidia.com/gpu",
+        "woolyai.com/gpu",
+        "nvidia.com/gpucores",
+    ]
+)
+_TERMS_VALUES = st.sampled_from(
+    ["1", "2", "0", "20Gi", "16000Mi", "0Mi", "01Gi", "1.5Gi", "20", "20G", "x", None, 1, 2.5]
+)
+_TERMS_ANN = st.sampled_from(
+    [
+        *([native.EXCLUSIVE, native.SWAP_FROM_VRAM, "gpusched.io/priority", "app"] * 2),
+        woolyai.SWAP_FROM_VRAM,
+        native.GPU_CLASS,
+        "gpu-fraction",
+    ]
+)
+_TERMS_ANN_VALUES = st.sampled_from(["true", "false", "True", " false", "yes", "1", "0.5", None])
+_TERMS_LIST = st.dictionaries(_TERMS_RES, _TERMS_VALUES, max_size=3)
+_TERMS_CONTAINER = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["a", "b"]),
+        "resources": st.one_of(
+            st.fixed_dictionaries({"limits": _TERMS_LIST}),
+            st.fixed_dictionaries({"limits": _TERMS_LIST, "requests": _TERMS_LIST}),
+        ),
+    }
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(_TERMS_CONTAINER, max_size=2),
+    st.one_of(
+        st.none(), st.lists(_CPU_CONTAINER, max_size=1), st.lists(_TERMS_CONTAINER, max_size=1)
+    ),
+    st.dictionaries(_TERMS_ANN, _TERMS_ANN_VALUES, max_size=3),
+)
+def test_share_terms_fast_path_equals_general_path(
+    containers: list[dict[str, Any]],
+    init: list[dict[str, Any]] | None,
+    annotations: dict[str, Any],
+) -> None:
+    spec: dict[str, Any] = {"containers": containers}
+    if init is not None:
+        spec["initContainers"] = init
+    pod_ = {"metadata": {"name": "p", "annotations": annotations}, "spec": spec}
+    fast = _outcome(package.read_share_terms, pod_)
+    assert fast == _outcome(package._share_terms_general, pod_)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.from_regex(r"\A[0-9]{1,11}(Mi|Gi|Ki|G|M|)\Z"),
+    st.booleans(),
+)
+def test_plain_mib_quantities_read_as_the_general_rule(text: str, unitless: bool) -> None:
+    fast = _outcome(
+        lambda t: parse_mib_quantity("gpusched.io/vram", t, unitless_mib=unitless), text
+    )
+    general = _outcome(lambda t: _parse_mib_general("gpusched.io/vram", t, unitless), text)
+    assert fast == general
