@@ -42,6 +42,7 @@ def _pod(
 
 CPU = {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}
 GPU2 = {"limits": {"cpu": "1", "nvidia.com/gpu": "2"}}
+GPU_ONE = {"limits": {"gpusched.io/gpu": "1"}}
 WHOLE_2 = GPURequest(mode="whole", count=2, source="nvidia")
 
 # (id, pod, what the fast path answers: a request, None, or _GENERAL)
@@ -289,3 +290,30 @@ def test_plain_mib_quantities_read_as_the_general_rule(text: str, unitless: bool
     )
     general = _outcome(lambda t: _parse_mib_general("gpusched.io/vram", t, unitless), text)
     assert fast == general
+
+
+_SHARED = {"gpusched.io/gpu": "1", "gpusched.io/vram": "20Gi"}
+# (id, pod, what the share-terms fast path answers)
+FAST_TERMS: list[tuple[str, dict[str, Any], Any]] = [
+    ("plain", _pod([{"limits": _SHARED}]), package.ShareTerms(False, False, 0)),
+    ("no gpu", _pod([CPU]), package.ShareTerms(False, False, 0)),
+    (
+        "annotations",
+        _pod([{"limits": _SHARED}], {native.EXCLUSIVE: "TRUE", native.SWAP_FROM_VRAM: "true"}),
+        package.ShareTerms(True, True, 0),
+    ),
+    ("vram elsewhere", _pod([{"limits": {"gpusched.io/vram": "1Gi"}}, GPU_ONE]), _GENERAL),
+    ("two vram", _pod([{"limits": _SHARED}, {"limits": _SHARED}]), _GENERAL),
+    ("vram in init", _pod([{"limits": _SHARED}], init=[{"limits": _SHARED}]), _GENERAL),
+    ("bad vram", _pod([{"limits": {**_SHARED, "gpusched.io/vram": "20"}}]), _GENERAL),
+    ("bad boolean", _pod([{"limits": _SHARED}], {native.EXCLUSIVE: "yes"}), _GENERAL),
+    ("other form", _pod([{"limits": _SHARED}], {woolyai.SWAP_FROM_VRAM: "true"}), _GENERAL),
+]
+
+
+@pytest.mark.parametrize(
+    ("pod_", "expected"), [c[1:] for c in FAST_TERMS], ids=[c[0] for c in FAST_TERMS]
+)
+def test_share_terms_fast_path_table(pod_: dict[str, Any], expected: Any) -> None:
+    assert package._share_terms_fast(pod_) == expected
+    assert _outcome(package.read_share_terms, pod_) == _outcome(package._share_terms_general, pod_)
