@@ -27,18 +27,25 @@ form's. Then the request must make sense as a whole (shared GPUs need VRAM, MIG 
 VRAM slice, ``gpu-ids-request`` lists one index per GPU ...).
 
 Cost: O(containers x resources + annotations) per pod. The scheduler reads every pod in every
-cycle, so the two shapes nearly all pods have take a fast path, one pass over the pod's dicts
-that hands anything else to the general path and gives exactly its result (a hypothesis test
-compares them). Measured with timeit (CPython 3.11, one container with cpu/memory in limits and
-requests, min of 5 x 20,000 calls; the dev machine, so relative figures):
+cycle, so the shapes nearly all pods have take fast paths: one pass over the pod's dicts that
+hands anything else to the general path and gives exactly its result (hypothesis tests compare
+them). Measured with timeit (CPython 3.11, one container with cpu/memory in limits and
+requests, min of 5 x 20,000 calls, on the shared 2-core dev machine: +-20%):
 
-=====================================================  =========  ============
-pod                                                    fast path  general path
-=====================================================  =========  ============
-no GPU field (any other annotations)                   ~1 us      ~6.5 us
-``nvidia.com/gpu: 2``, with or without the priority    ~3 us      ~22 us
-shared (``gpusched.io/gpu`` + ``vram``): general path  --         ~33 us
-=====================================================  =========  ============
+=================================================  ================  ============
+call, pod                                          fast path         general path
+=================================================  ================  ============
+``read_gpu_request``, no GPU field                 ~1 us             ~6.5 us
+``read_gpu_request``, ``nvidia.com/gpu: 2``        ~3-3.5 us         ~22 us
+(with or without ``gpusched.io/priority``)
+``read_gpu_request``, ``gpusched.io/gpu`` + vram   (general)         ~28-33 us
+``read_share_terms``, ``gpusched.io/gpu`` + vram   ~3 us             ~25 us
+=================================================  ================  ============
+
+:func:`read_share_terms` gives the three terms of a share (exclusive, swap, cores) that
+:func:`read_gpu_request` would give, even where the rest of the request is incomplete: the
+cache books bound pods by their assignment and takes only these terms from the request.
+:data:`SHARED_RESOURCES` are the resources that make a pod's GPUs shared.
 
 No memo here: a pod is a dict, and the plugin memoises per pod and cycle.
 """
