@@ -26,21 +26,53 @@ source's default (``swap_from_vram`` is true for WoolyAI, false otherwise), then
 form's. Then the request must make sense as a whole (shared GPUs need VRAM, MIG devices take no
 VRAM slice, ``gpu-ids-request`` lists one index per GPU ...).
 
-Cost: O(containers x resources + annotations) per pod, a few tens of microseconds; the caller
-(PreFilter) reads a pod once per cycle.
+Cost: O(containers x resources + annotations) per pod. The scheduler reads every pod in every
+cycle, so the shapes nearly all pods have take fast paths: one pass over the pod's dicts that
+hands anything else to the general path and gives exactly its result (hypothesis tests compare
+them). Measured with timeit (CPython 3.11, one container with cpu/memory in limits and
+requests, min of 5 x 20,000 calls, on the shared 2-core dev machine: +-20%):
+
+=================================================  ================  ============
+call, pod                                          fast path         general path
+=================================================  ================  ============
+``read_gpu_request``, no GPU field                 ~1 us             ~6.5 us
+``read_gpu_request``, ``nvidia.com/gpu: 2``        ~3-3.5 us         ~22 us
+(with or without ``gpusched.io/priority``)
+``read_gpu_request``, ``gpusched.io/gpu`` + vram   (general)         ~28-33 us
+``read_share_terms``, ``gpusched.io/gpu`` + vram   ~3 us             ~25 us
+=================================================  ================  ============
+
+:func:`read_share_terms` gives the three terms of a share (exclusive, swap, cores) that
+:func:`read_gpu_request` would give, even where the rest of the request is incomplete: the
+cache books bound pods by their assignment and takes only these terms from the request.
+:data:`SHARED_RESOURCES` are the resources that make a pod's GPUs shared.
+
+No memo here: a pod is a dict, and the plugin memoises per pod and cycle.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
+
+from gpusched.annotations import PRIORITY
+from gpusched.inventory import RESOURCE_GPU
 
 from . import hami, kai, native, nvidia, woolyai
-from ._common import Given, Partial, PodView, RequestError
+from ._common import Given, Partial, PodView, RequestError, parse_bool, parse_mib_quantity
 
-__all__ = ["SOURCES", "GPURequest", "RequestError", "read_gpu_request"]
+__all__ = [
+    "SHARED_RESOURCES",
+    "SOURCES",
+    "GPURequest",
+    "RequestError",
+    "ShareTerms",
+    "read_gpu_request",
+    "read_share_terms",
+]
 
 Mode = Literal["whole", "shared", "mig"]
 
@@ -81,6 +113,17 @@ class GPURequest:
 _READERS: Final = (woolyai, hami, kai, nvidia, native)
 SOURCES: Final = tuple(reader.SOURCE for reader in _READERS)
 """The forms, in order of precedence for :attr:`GPURequest.source`."""
+SHARED_RESOURCES: Final = frozenset(
+    {
+        native.RESOURCE_SHARED_GPU,
+        woolyai.RESOURCE_GPU,
+        hami.RESOURCE_GPUMEM,
+        hami.RESOURCE_GPUMEM_PERCENTAGE,
+        hami.RESOURCE_GPUCORES,
+    }
+)
+"""Container resources that put a pod in a shared form (its ``nvidia.com/gpu``, if any, is then
+HAMi's count of shared GPUs): what the cache reads to tell a bound pod's share from whole GPUs."""
 
 _WHAT: Final = {
     "mode": "kinds of GPU",
@@ -129,17 +172,154 @@ def read_gpu_request(pod: Mapping[str, Any]) -> GPURequest | None:
     """The pod's GPU request; ``None`` when it asks for no GPU at all.
 
     Raises :class:`RequestError` for a malformed or contradictory request; the message names
-    the field and says what would fix it.
+    the field and says what would fix it. Pods that ask for no GPU or for plain whole GPUs take
+    the fast path (module docstring), with exactly the general path's result.
     """
-    view = PodView(pod)
-    partials = [p for reader in _READERS if (p := reader.read(view)) is not None]
+    fast = _read_fast(pod)
+    if fast is not _Fallback.GENERAL:
+        return fast
+    return _read_general(pod)
+
+
+# The fast paths. They read the shapes nearly every pod has, by one pass over plain dicts
+# (_scan) that bails out (to the general path) at the first thing they do not handle
+# themselves: a field of another form (ANNOTATIONS / RESOURCES of every reader, MIG
+# resources), a GPU field in an init container, any value that is not a plain count, any part
+# of the pod that is not the dict or list the API gives; a value a parser rejects goes to the
+# general path too, which raises its own (first) error. What they handle is what the general
+# path does with it:
+# - no GPU field at all: every reader returns None, so the request is None;
+# - nvidia.com/gpu alone (and gpusched.io/priority): nvidia's whole-GPU partial. Counts are
+#   summed over app containers; init containers (and sidecars) name no GPU field here, so
+#   kube-scheduler's init peak (gpusched.cache.pod_requests) adds nothing to the sum;
+# - share terms of gpusched's own form (gpusched.io/gpu, vram, priority, exclusive,
+#   swap-from-vram): native's reader alone states anything, so its two booleans are the terms.
+# tests/gpu_requests/test_gpu_requests_fast.py compares both paths on random pods.
+class _Fallback(enum.Enum):
+    GENERAL = enum.auto()
+    """A fast path's answer for a pod it leaves to the general path."""
+
+
+_GENERAL: Final = _Fallback.GENERAL
+_GPU: Final = RESOURCE_GPU
+_ALL_ANNOTATIONS: Final = frozenset().union(*(r.ANNOTATIONS for r in _READERS))
+_ALL_RESOURCES: Final = frozenset().union(*(r.RESOURCES for r in _READERS))
+_MIG_PREFIX: Final = nvidia.RESOURCE_PREFIX
+_WHOLE_RESOURCES: Final = frozenset({_GPU})
+_WHOLE_SLOW_ANNOTATIONS: Final = _ALL_ANNOTATIONS - {PRIORITY}
+_NATIVE_RESOURCES: Final = frozenset({native.RESOURCE_SHARED_GPU, native.RESOURCE_VRAM})
+_NATIVE_SLOW_ANNOTATIONS: Final = _ALL_ANNOTATIONS - {
+    PRIORITY,
+    native.EXCLUSIVE,
+    native.SWAP_FROM_VRAM,
+}
+_MAX_FAST_DIGITS: Final = 9
+"""Longer counts (and any quantity with a unit or a sign) take the general path."""
+_EMPTY: Final[dict[str, Any]] = {}
+
+
+def _fast_count(raw: Any) -> int | None:
+    """``raw`` as parse_int reads a count, when it is plain digits or an int; else None."""
+    if type(raw) is str:
+        if raw.isdigit() and raw.isascii() and len(raw) <= _MAX_FAST_DIGITS:
+            return int(raw)
+        return None
+    if type(raw) is int and 0 <= raw < 10**_MAX_FAST_DIGITS:
+        return raw
+    return None
+
+
+def _scan(
+    pod: Mapping[str, Any], slow_annotations: frozenset[str], fast_resources: frozenset[str]
+) -> tuple[Mapping[str, Any], list[dict[str, Any]]] | _Fallback:
+    """The pod's annotations, and the GPU resources of each app container that names any
+    (limits over requests, as :class:`PodView`), when no annotation is in
+    ``slow_annotations`` and every GPU resource is in ``fast_resources``; else
+    :data:`_GENERAL`. O(containers x resources + annotations)."""
+    if type(pod) is not dict:
+        return _GENERAL
+    annotations: Mapping[str, Any] = _EMPTY
+    meta = pod.get("metadata")
+    if meta:
+        if type(meta) is not dict:
+            return _GENERAL
+        found = meta.get("annotations")
+        if found:
+            if type(found) is not dict or not slow_annotations.isdisjoint(found):
+                return _GENERAL
+            annotations = found
+    held: list[dict[str, Any]] = []
+    spec = pod.get("spec")
+    if not spec:
+        return annotations, held
+    if type(spec) is not dict:
+        return _GENERAL
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if not containers:
+            continue
+        if type(containers) is not list:
+            return _GENERAL
+        for container in containers:
+            if type(container) is not dict:
+                return _GENERAL
+            resources = container.get("resources")
+            if not resources:
+                continue
+            if type(resources) is not dict:
+                return _GENERAL
+            limits = resources.get("limits") or _EMPTY
+            requests = resources.get("requests") or _EMPTY
+            if type(limits) is not dict or type(requests) is not dict:
+                return _GENERAL
+            mine: dict[str, Any] | None = None
+            for names in (limits, requests):
+                for name in names:
+                    if type(name) is not str:
+                        return _GENERAL
+                    if name in _ALL_RESOURCES or name.startswith(_MIG_PREFIX):
+                        if name not in fast_resources or key == "initContainers":
+                            return _GENERAL
+                        if mine is None:
+                            mine = {}
+                        mine.setdefault(name, names[name])  # limits over requests
+            if mine is not None:
+                held.append(mine)
+    return annotations, held
+
+
+def _read_fast(pod: Mapping[str, Any]) -> GPURequest | _Fallback | None:
+    """The request of a pod without GPU fields or with plain ``nvidia.com/gpu`` counts;
+    :data:`_GENERAL` for any other pod. O(containers x resources + annotations)."""
+    scanned = _scan(pod, _WHOLE_SLOW_ANNOTATIONS, _WHOLE_RESOURCES)
+    if scanned is _GENERAL:
+        return _GENERAL
+    annotations, held = scanned
+    count = 0
+    for resources in held:
+        amount = _fast_count(resources[_GPU])
+        if amount is None:
+            return _GENERAL
+        count += amount
+    text = annotations.get(PRIORITY)
+    priority = 0
+    if text is not None:
+        try:
+            priority = native.parse_priority_text(str(text))
+        except RequestError:
+            return _GENERAL
+    if not count:
+        return None
+    return GPURequest(mode="whole", count=count, priority=priority, source=nvidia.SOURCE)
+
+
+def _read_general(pod: Mapping[str, Any]) -> GPURequest | None:
+    """Every reader, merged and checked (module docstring)."""
+    partials = _partials(pod)
     if not partials:
         return None
     merged = _merge(partials)
-    primary = next(
-        (p for p in partials if "mode" in p.values),
-        next((p for p in partials if "mode" in p.defaults), None),
-    )
+    primary = _primary(partials)
     if primary is None:
         stray = next((merged[n] for n in _NEEDS_GPU if n in merged), None)
         if stray is not None:
@@ -149,15 +329,105 @@ def read_gpu_request(pod: Mapping[str, Any]) -> GPURequest | None:
                 "nvidia.com/gpu: 1 for a whole one), or remove it"
             )
         return None
+    values = _values(merged, partials, primary)
+    _check(values, merged, primary.source)
+    return GPURequest(source=primary.source, **values)
+
+
+def _partials(pod: Mapping[str, Any]) -> list[Partial]:
+    view = PodView(pod)
+    return [p for reader in _READERS if (p := reader.read(view)) is not None]
+
+
+def _primary(partials: list[Partial]) -> Partial | None:
+    """The source: the first form that asks for GPUs, else the first that would by default."""
+    return next(
+        (p for p in partials if "mode" in p.values),
+        next((p for p in partials if "mode" in p.defaults), None),
+    )
+
+
+def _values(
+    merged: dict[str, Given], partials: list[Partial], primary: Partial | None
+) -> dict[str, Any]:
+    """The stated fields, then the source's defaults, then the other forms', then ours."""
     values = {name: given.value for name, given in merged.items()}
-    for partial in (primary, *partials):
+    for partial in (primary, *partials) if primary is not None else partials:
         for name, value in partial.defaults.items():
             if _ALTERNATIVE.get(name) not in values:
                 values.setdefault(name, value)
     for name, value in _DEFAULTS.items():
         values.setdefault(name, value)
-    _check(values, merged, primary.source)
-    return GPURequest(source=primary.source, **values)
+    return values
+
+
+class ShareTerms(NamedTuple):
+    """How a pod shares the GPUs it holds: :class:`GPURequest`'s fields of the same names."""
+
+    exclusive: bool
+    swap_from_vram: bool
+    cores_percent: int
+    """0 when the pod states no compute share."""
+
+
+def read_share_terms(pod: Mapping[str, Any]) -> ShareTerms:
+    """The share terms :func:`read_gpu_request` gives the pod, without requiring the rest of
+    its request to be complete or consistent as a whole.
+
+    For the cache, which books a bound pod's declared share: the devices and VRAM come from
+    its assignment, the terms from here, so the rules of every form (which annotations ask for
+    a dedicated GPU or allow swap, WoolyAI's swap default, HAMi's ``gpucores``, 100 meaning
+    the GPU alone) live in the readers only. Raises :class:`RequestError` when a reader
+    rejects a field or two forms disagree. Cost: ~3 us for gpusched's own form (a fast path,
+    module docstring), else the readers and the merge, ~20-35 us.
+    """
+    fast = _share_terms_fast(pod)
+    if fast is not _Fallback.GENERAL:
+        return fast
+    return _share_terms_general(pod)
+
+
+def _share_terms_general(pod: Mapping[str, Any]) -> ShareTerms:
+    partials = _partials(pod)
+    merged = _merge(partials)
+    values = _values(merged, partials, _primary(partials))
+    return ShareTerms(
+        values["exclusive"], values["swap_from_vram"], values.get("cores_percent") or 0
+    )
+
+
+def _share_terms_fast(pod: Mapping[str, Any]) -> ShareTerms | _Fallback:
+    """The terms of a pod in gpusched's own form: what :func:`native.read` checks, checked the
+    same way (a count per container, VRAM from the one container that asks the GPUs)."""
+    scanned = _scan(pod, _NATIVE_SLOW_ANNOTATIONS, _NATIVE_RESOURCES)
+    if scanned is _GENERAL:
+        return _GENERAL
+    annotations, held = scanned
+    vram: list[dict[str, Any]] = []
+    any_gpu = False
+    for resources in held:
+        if native.RESOURCE_SHARED_GPU in resources:
+            any_gpu = True
+            if _fast_count(resources[native.RESOURCE_SHARED_GPU]) is None:
+                return _GENERAL
+        if native.RESOURCE_VRAM in resources:
+            vram.append(resources)
+    try:
+        if vram:
+            if len(vram) > 1 or (any_gpu and native.RESOURCE_SHARED_GPU not in vram[0]):
+                return _GENERAL
+            parse_mib_quantity(native.RESOURCE_VRAM, vram[0][native.RESOURCE_VRAM])
+        text = annotations.get(PRIORITY)
+        if text is not None:
+            native.parse_priority_text(str(text))
+        exclusive = swap = False
+        if (text := annotations.get(native.EXCLUSIVE)) is not None:
+            exclusive = parse_bool(native.EXCLUSIVE, str(text))
+        if (text := annotations.get(native.SWAP_FROM_VRAM)) is not None:
+            swap = parse_bool(native.SWAP_FROM_VRAM, str(text))
+    except RequestError:
+        return _GENERAL
+    return ShareTerms(exclusive, swap, 0)
 
 
 def _origin(merged: dict[str, Given], name: str) -> str:

@@ -31,7 +31,9 @@ from gpusched.quantity import parse_quantity
 from ._common import Partial, PodView, RequestError, parse_int
 
 __all__ = [
+    "ANNOTATIONS",
     "DEFAULT_GPU_NUM",
+    "RESOURCES",
     "RESOURCE_GPUCORES",
     "RESOURCE_GPUMEM",
     "RESOURCE_GPUMEM_PERCENTAGE",
@@ -48,6 +50,9 @@ DEFAULT_GPU_NUM: Final = 1
 """HAMi's ``defaultGPUNum``: GPUs given to a container that names only memory or cores."""
 
 _FIELDS: Final = (RESOURCE_GPUMEM, RESOURCE_GPUMEM_PERCENTAGE, RESOURCE_GPUCORES)
+RESOURCES: Final = frozenset({RESOURCE_GPU, *_FIELDS})
+"""The container resources this form reads (``nvidia.com/gpu`` only beside the others)."""
+ANNOTATIONS: Final[frozenset[str]] = frozenset()
 
 
 def uses_hami(resource_names: Iterable[str]) -> bool:

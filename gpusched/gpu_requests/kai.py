@@ -29,11 +29,13 @@ from gpusched.inventory import RESOURCE_GPU
 from ._common import Partial, PodView, RequestError, parse_plain_int
 
 __all__ = [
+    "ANNOTATIONS",
     "GPU_FRACTION",
     "GPU_FRACTION_LIMIT",
     "GPU_FRACTION_NUM_DEVICES",
     "GPU_MEMORY",
     "GPU_MEMORY_LIMIT",
+    "RESOURCES",
     "SOURCE",
     "read",
 ]
@@ -44,6 +46,12 @@ GPU_MEMORY: Final = "gpu-memory"
 GPU_FRACTION_NUM_DEVICES: Final = "gpu-fraction-num-devices"
 GPU_FRACTION_LIMIT: Final = GPU_FRACTION + ".limit"
 GPU_MEMORY_LIMIT: Final = GPU_MEMORY + ".limit"
+ANNOTATIONS: Final = frozenset(
+    {GPU_FRACTION, GPU_MEMORY, GPU_FRACTION_NUM_DEVICES, GPU_FRACTION_LIMIT, GPU_MEMORY_LIMIT}
+)
+"""The annotations this form reads (the package's fast path skips pods without any)."""
+RESOURCES: Final = frozenset({RESOURCE_GPU})
+"""The container resources it reads (``nvidia.com/gpu``, only beside its annotations)."""
 
 _DECIMAL: Final = re.compile(r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
 

@@ -22,7 +22,13 @@ from __future__ import annotations
 
 from typing import Final
 
-from gpusched.annotations import PREFIX, PRIORITY, AnnotationError, parse_priority
+from gpusched.annotations import (
+    PREFIX,
+    PRIORITY,
+    PRIORITY_LEVELS,
+    AnnotationError,
+    parse_priority,
+)
 
 from ._common import (
     Partial,
@@ -35,17 +41,20 @@ from ._common import (
 )
 
 __all__ = [
+    "ANNOTATIONS",
     "EXCLUSIVE",
     "GPU_CLASS",
     "GPU_IDS_REQUEST",
     "MIG_FALLBACK",
     "PREFERRED_NODE",
+    "RESOURCES",
     "RESOURCE_SHARED_GPU",
     "RESOURCE_VRAM",
     "SOURCE",
     "SWAP_FROM_VRAM",
     "parse_fallbacks",
     "parse_gpu_ids",
+    "parse_priority_text",
     "read",
 ]
 
@@ -58,6 +67,26 @@ GPU_CLASS: Final = PREFIX + "gpu-class"
 GPU_IDS_REQUEST: Final = PREFIX + "gpu-ids-request"
 PREFERRED_NODE: Final = PREFIX + "preferred-node"
 MIG_FALLBACK: Final = PREFIX + "mig-fallback"
+RESOURCES: Final = frozenset({RESOURCE_SHARED_GPU, RESOURCE_VRAM})
+"""The container resources this form reads (the package's fast path skips pods without any)."""
+ANNOTATIONS: Final = frozenset(
+    {PRIORITY, EXCLUSIVE, SWAP_FROM_VRAM, GPU_CLASS, GPU_IDS_REQUEST, PREFERRED_NODE, MIG_FALLBACK}
+)
+"""The annotations this form reads."""
+
+_PRIORITY_TEXTS: Final = {str(level): level for level in PRIORITY_LEVELS}
+
+
+def parse_priority_text(text: str) -> int:
+    """The level of a ``gpusched.io/priority`` annotation's text (:func:`parse_priority`'s
+    rule); a dict lookup for the usual ``"0"`` .. ``"4"``."""
+    level = _PRIORITY_TEXTS.get(text)
+    if level is not None:
+        return level
+    try:
+        return parse_priority({"metadata": {"annotations": {PRIORITY: text}}})
+    except AnnotationError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def parse_gpu_ids(name: str, text: str) -> tuple[int, ...]:
@@ -102,11 +131,7 @@ def read(pod: PodView) -> Partial | None:
         out.give("vram_mib", parse_mib_quantity(RESOURCE_VRAM, vram), f'{RESOURCE_VRAM}: "{vram}"')
     ann = pod.annotation
     if (text := ann(PRIORITY)) is not None:
-        try:
-            priority = parse_priority({"metadata": {"annotations": {PRIORITY: text}}})
-        except AnnotationError as exc:
-            raise RequestError(str(exc)) from None
-        out.give("priority", priority, f'{PRIORITY}: "{text}"')
+        out.give("priority", parse_priority_text(text), f'{PRIORITY}: "{text}"')
     if (text := ann(EXCLUSIVE)) is not None:
         out.give("exclusive", parse_bool(EXCLUSIVE, text), f'{EXCLUSIVE}: "{text}"')
     if (text := ann(SWAP_FROM_VRAM)) is not None:

@@ -20,9 +20,13 @@ from gpusched.inventory import RESOURCE_GPU
 from . import hami
 from ._common import Partial, PodView, RequestError, parse_profile
 
-__all__ = ["SOURCE", "read"]
+__all__ = ["ANNOTATIONS", "RESOURCES", "RESOURCE_PREFIX", "SOURCE", "read"]
 
 SOURCE: Final = "nvidia"
+RESOURCES: Final = frozenset({RESOURCE_GPU})
+"""The container resources this form reads, besides every name under :data:`RESOURCE_PREFIX`."""
+RESOURCE_PREFIX: Final = MIG_RESOURCE_PREFIX
+ANNOTATIONS: Final[frozenset[str]] = frozenset()
 
 
 def read(pod: PodView) -> Partial | None:

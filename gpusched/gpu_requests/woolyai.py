@@ -23,10 +23,12 @@ from gpusched.annotations import PRIORITY_LEVELS
 from ._common import Partial, PodView, parse_bool, parse_mib_quantity, parse_name, parse_plain_int
 
 __all__ = [
+    "ANNOTATIONS",
     "EXCLUSIVE_GPU_USE",
     "GPU_CLASS",
     "POD_VRAM",
     "PRIORITY",
+    "RESOURCES",
     "RESOURCE_GPU",
     "SOURCE",
     "SWAP_FROM_VRAM",
@@ -40,6 +42,10 @@ PRIORITY: Final = "woolyai.com/priority"
 EXCLUSIVE_GPU_USE: Final = "woolyai.com/exclusive-gpu-use"
 SWAP_FROM_VRAM: Final = "woolyai.com/swap-from-vram"
 GPU_CLASS: Final = "cuda.scheduler.io/gpu-class"
+RESOURCES: Final = frozenset({RESOURCE_GPU})
+"""The container resources this form reads (the package's fast path skips pods without any)."""
+ANNOTATIONS: Final = frozenset({POD_VRAM, PRIORITY, EXCLUSIVE_GPU_USE, SWAP_FROM_VRAM, GPU_CLASS})
+"""The annotations this form reads."""
 
 
 def read(pod: PodView) -> Partial | None:

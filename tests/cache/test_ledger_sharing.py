@@ -500,6 +500,25 @@ def test_nodeinfo_books_declared_shares() -> None:
             id="hami",
         ),
         pytest.param(
+            lambda: (
+                make_pod("p")
+                .request("nvidia.com/gpucores", 100)
+                .assigned(Assignment((0,), (), (3000,), ""))
+                .obj()
+            ),
+            True,
+            False,
+            100,
+            id="hami-cores-100-is-the-gpu-alone",
+        ),
+        pytest.param(
+            lambda: shared_pod("p", (0,), GI, {"gpusched.io/exclusive": "True"}),
+            True,
+            False,
+            0,
+            id="booleans-read-as-the-readers-do",
+        ),
+        pytest.param(
             lambda: make_pod("p").gpus(1).assigned(Assignment((0,), (), (), "")).obj(),
             True,
             False,
@@ -517,7 +536,20 @@ def test_nodeinfo_reads_share_terms(
     assert p.conflict is None
     device = info.ledger.devices[0]
     assert (device.exclusive is not None) == exclusive
-    assert device.cores_used == cores
+    assert device.cores_used == (0 if exclusive else cores)  # the GPU alone counts no shares
+    info._check()
+
+
+def test_nodeinfo_books_terms_the_readers_reject_as_a_plain_share() -> None:
+    # Bound without gpusched's webhook: the pod runs, so it is booked, and the error says why
+    # its terms were not read.
+    info = node_info()
+    bad = {"gpusched.io/exclusive": "yes", "gpusched.io/swap-from-vram": "true"}
+    p = info.add_pod(shared_pod("p", (0,), GI, bad))
+    assert (p.exclusive, p.swap, p.cores) == (False, False, 0)
+    assert p.conflict is None
+    assert p.error is not None
+    assert 'GPU request: gpusched.io/exclusive: "yes" is not a boolean' in p.error
     info._check()
 
 
