@@ -15,16 +15,17 @@ per event: any change marks the manager dirty, and :meth:`PolicyManager.flush` (
 once, puts one Warning ``Overridden`` Event on each policy whose override message changed (not
 one per node, and not again while it stays the same), and returns the status each policy
 object should have (``matchingNodes``; conditions ``Applied`` and, for node policies,
-``Overridden``; a ``ClusterGPUPolicy`` not named ``default`` is told it does not apply). :meth:`run` writes those that differ from what the informer shows through the
-``status`` subresource (merge patch); our own write comes back through the informer equal to
+``Overridden``; a ``ClusterGPUPolicy`` not named ``default`` is told it does not apply).
+:meth:`run` writes those that differ from what the informer shows through the ``status``
+subresource (merge patch); our own write comes back through the informer equal to
 what we want, so it causes no further write. A condition keeps its ``lastTransitionTime``
 while its status stays the same (``metav1.Condition``'s rule).
 
 **Invalid objects** (:class:`~.models.PolicyError`: what the CRD schema cannot check) are
 ignored as if absent, never crash anything: one log line and one Warning ``InvalidSpec`` Event
-per distinct problem (not per resync), and a status condition (``Applied=False`` for policies, ``Matched=False`` for
-classes) naming each bad field. Ignoring, rather than keeping the last valid version, keeps a
-restarted scheduler's limits equal to a running one's.
+per distinct problem (not per resync), and a status condition (``Applied=False`` for
+policies, ``Matched=False`` for classes) naming each bad field. Ignoring, rather than keeping
+the last valid version, keeps a restarted scheduler's limits equal to a running one's.
 
 **Classes** (:attr:`PolicyManager.classes`: name -> valid ``GPUClass``) are a live read-only
 mapping for placement plugins, which reach it through ``Handle.gpu_classes``. Fed the nodes'
