@@ -259,7 +259,8 @@ def test_reserve_books_what_filter_chose(pod: PodBuilder, exclusive: bool) -> No
     assert plugin.reserve(state, pod.obj(), "n") is SUCCESS
     assignment = state.read(DEVICE_ASSIGNMENT)
     choice = choice_for(state, "n")
-    assert choice is not None and assignment.gpu_ids == choice.gpu_ids
+    assert choice is not None
+    assert assignment.gpu_ids == choice.gpu_ids
     cluster.cache.assume_pod(pod.obj(), "n", assignment)
     ledger = cluster.node("n").ledger
     booked = ledger.assignment_of(pod.uid)
@@ -274,7 +275,8 @@ def test_reserve_books_what_filter_chose(pod: PodBuilder, exclusive: bool) -> No
 def test_woolyai_binding_annotations() -> None:
     pod = make_pod().limit("woolyai.com/gpu", 1).annotate("woolyai.com/pod-vram", "16000Mi")
     request = read_gpu_request(pod.obj())
-    assert request is not None and request.source == "woolyai"
+    assert request is not None
+    assert request.source == "woolyai"
     cluster = Cluster(node())
     plugin = GPUFit()
     state, status = run(plugin, pod, cluster)
@@ -384,7 +386,8 @@ def test_mig_fallback(
     assert any(m.uuid == uuid and m.resource == placed for d in ledger.devices for m in d.mig)
     extra = state.get(BINDING_ANNOTATIONS)
     if applied is None:
-        assert extra is None and not handle.events.sent
+        assert extra is None
+        assert not handle.events.sent
     else:
         assert extra == {MIG_FALLBACK_APPLIED: applied}
         assert [e[:2] for e in handle.events.sent] == [("Normal", "MIGFallback")]
@@ -468,7 +471,8 @@ SHARED = make_pod().shared(1, "20Gi")
 def test_signatures(a: PodBuilder, b: PodBuilder, equal: bool) -> None:
     plugin = GPUFit()
     sa, sb = plugin.sign_pod(a.obj()), plugin.sign_pod(b.obj())
-    assert sa is not None and sb is not None
+    assert sa is not None
+    assert sb is not None
     assert (sa == sb) is equal
 
 
