@@ -51,6 +51,7 @@ from gpusched.cache.ledger import mib_text
 from gpusched.framework import (
     DEVICE_ASSIGNMENT,
     MAX_NODE_SCORE,
+    SHARED_CLAIM,
     SUCCESS,
     ActionType,
     ClusterEvent,
@@ -87,18 +88,34 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_COMBINATIONS",
     "GPU_CHOICES",
+    "MIG_FALLBACK_APPLIED",
+    "MIG_FALLBACK_LIST",
     "NAME",
     "REASON_GPUS_IN_CONFLICT",
+    "REASON_GPU_IDS",
     "REASON_INSUFFICIENT_FREE_GPUS",
     "REASON_INSUFFICIENT_GPU_RESOURCE",
     "REASON_INVALID_NODE",
+    "REASON_MIG_BUSY",
+    "REASON_MIG_MISSING",
     "REASON_MIXED_REQUEST",
+    "REASON_NODE_CLIENTS",
+    "REASON_NO_IDLE_GPU",
+    "REASON_SHARE_CLIENTS",
+    "REASON_SHARE_CORES",
+    "REASON_SHARE_EXCLUSIVE",
+    "REASON_SHARE_NEVER",
+    "REASON_SHARE_PHYSICAL",
+    "REASON_SHARE_VRAM",
     "REASON_TOO_FEW_GPUS",
+    "WOOLYAI_GPU_IDS",
+    "WOOLYAI_RESERVED_VRAM_MIB",
     "GPUChoice",
     "GPUChoices",
     "GPUFit",
     "GPUFitArgs",
     "GPURequest",
+    "Strategy",
     "choice_for",
     "never_fits",
     "never_fits_plan",
@@ -572,8 +589,9 @@ class GPUFit(
         if wanted is not None:
             if any(not 0 <= i < len(devices) for i in wanted):
                 return None, _IDS_MISSING
-            if any(i not in shares for i in wanted):
-                return None, _IDS_BUSY
+            busy = next((i for i in wanted if i not in shares), None)
+            if busy is not None:
+                return None, _named_refusal(ledger, request, busy)
             chosen = wanted
         elif len(shares) >= n:
             chosen = tuple(sorted(shares, key=lambda i: self._device_key(ledger, i))[:n])
@@ -839,6 +857,8 @@ class GPUFit(
         plan = state.get(_PLAN)
         if plan is None:
             return SUCCESS
+        if choice.gpu_ids and (plan.request.mode == "mig" or not plan.request.exclusive):
+            state.write(SHARED_CLAIM, True)
         extra = BindingAnnotations()
         if plan.fallback:
             extra[MIG_FALLBACK_APPLIED] = plan.fallback
@@ -878,6 +898,7 @@ class GPUFit(
     def unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
         state.delete(DEVICE_ASSIGNMENT)
         state.delete(BINDING_ANNOTATIONS)
+        state.delete(SHARED_CLAIM)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -919,6 +940,23 @@ def _share_groups(ledger: NodeLedger, request: PodRequest) -> list[tuple[int, se
         mib = max(device.memory_mib * fraction.numerator // fraction.denominator, 1)
         groups.setdefault(mib, set()).add(device.index)
     return list(groups.items())
+
+
+def _named_refusal(ledger: NodeLedger, request: PodRequest, index: int) -> Status:
+    """Why the GPU the pod names (``gpu-ids-request``) cannot take it: the share's refusal
+    reason when it is one a pod leaving could clear, else :data:`REASON_GPU_IDS`."""
+    if request.exclusive:
+        return _IDS_BUSY
+    for mib, indices in _share_groups(ledger, request):
+        if index in indices:
+            kind = ledger.refusal_kind(
+                index, mib, None, request.swap_from_vram, request.cores_percent or 0
+            )
+            if kind in _SHARE_KIND_REASON and _could_hold(
+                ledger.devices[index], mib, request.swap_from_vram
+            ):
+                return _SHARE_STATUS[_SHARE_KIND_REASON[kind]]
+    return _IDS_BUSY
 
 
 def _could_hold(device: Any, mib: int, swap: bool) -> bool:

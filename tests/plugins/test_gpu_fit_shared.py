@@ -149,6 +149,11 @@ FILTER_CASES = [
         "named GPU index without room",
         make_pod().shared(1, "30Gi").annotate("gpusched.io/gpu-ids-request", "1"),
         [share("a", 1, 60)],
+        reason=REASON_SHARE_VRAM,
+    ),
+    Case(
+        "named GPU index too small for the share",
+        make_pod().shared(1, "90Gi").annotate("gpusched.io/gpu-ids-request", "1"),
         reason=REASON_GPU_IDS,
     ),
     Case(
