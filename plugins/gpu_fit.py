@@ -1,10 +1,28 @@
-"""GPUFit: which node, and which of its GPUs, a pod asking for whole GPUs gets.
+"""GPUFit: which node, and which of its devices, a pod asking for GPUs gets.
 
 kube-scheduler counts ``nvidia.com/gpu`` as a number and leaves the devices to the kubelet's
-device plugin; gpusched picks them itself, so that a multi-GPU pod gets GPUs joined by NVLink.
+device plugin; gpusched picks them itself, so that a multi-GPU pod gets GPUs joined by NVLink,
+a shared pod a slice of a GPU that has the VRAM, and a MIG pod a free MIG device (or, when its
+profile is free nowhere, one of the fallbacks it lists).
 
-- **PreFilter** parses the pod once (its whole-GPU request ``N``; malformed gpusched
-  annotations are UnschedulableAndUnresolvable); a pod asking no whole GPUs is Skip.
+- **PreFilter** reads the pod's request once (:func:`gpusched.gpu_requests.read_gpu_request`;
+  a :class:`~gpusched.gpu_requests.RequestError` is UnschedulableAndUnresolvable with its
+  message; no GPU is Skip). Whole GPUs: as below. Shared and MIG: the request, and for a MIG
+  pod with fallbacks whose profile is free on no node, the fallback to place
+  (O(nodes x GPUs), those pods only).
+- **Shared, exclusive and MIG** pods (:meth:`GPUFit._filter_plan`): Filter asks the node's
+  device ledger for devices that take the share (or idle ones, or free MIG devices), chooses
+  by ``strategy`` (binpack: fullest first; spread: emptiest), and rejects with one fixed
+  reason per kind of refusal so the scheduler's summary aggregates; Score is the choice's
+  fill (binpack) or its complement (spread); Reserve writes the devices with the VRAM slice
+  per device (what the cache reads back from the bound pod's annotations), marks the claim
+  :data:`~gpusched.framework.SHARED_CLAIM` for a non-exclusive reservation, and for the
+  Binding adds ``gpusched.io/mig-fallback-applied`` (with an Event) or WoolyAI's
+  ``woolyai.com/gpu-ids`` and ``woolyai.com/reserved-vram-mib``. O(GPUs + MIG devices) per
+  node. NodeResourcesFit leaves ``gpusched.io/vram`` and the other per-GPU quantities to us.
+
+Whole GPUs:
+
 - **Filter** checks the node (advertised, free in the device ledger, ``allocatable -
   requested``, no device conflict) and, if the pod fits, *chooses* its ``N`` GPUs there
   (:mod:`gpusched.topology.selection`: the best-connected free set, leaving the rest well
@@ -18,8 +36,10 @@ device plugin; gpusched picks them itself, so that a multi-GPU pod gets GPUs joi
   nothing, so preemption after it still runs.
 - **Reserve** writes the choice on the chosen node as :data:`gpusched.framework.DEVICE_ASSIGNMENT`,
   which the scheduler assumes in its cache and DefaultBinder puts on the Binding.
-- **SignPod**: pods asking no whole GPUs sign alike; ``N`` and the priority when the score
-  depends on the node alone (``N = 1`` or ``topologyWeight`` 0); else ``None``.
+- **SignPod**: pods asking no GPUs sign alike; ``N`` and the priority when the score
+  depends on the node alone (``N = 1`` or ``topologyWeight`` 0); shared pods by every field
+  Filter and Score read, MIG pods by profile; MIG pods with fallbacks and rejected pods
+  ``None``.
 
 The Filter rules and reasons, the selection, the score formula with worked numbers, and why
 each signature is safe: docs/gpu_fit.md.
@@ -27,7 +47,7 @@ each signature is safe: docs/gpu_fit.md.
 Args::
 
     - name: GPUFit
-      args: {maxCombinations: 5000, topologyWeight: 1, binPackingWeight: 1}
+      args: {maxCombinations: 5000, topologyWeight: 1, binPackingWeight: 1, strategy: binpack}
 """
 
 from __future__ import annotations
@@ -333,7 +353,8 @@ class GPUFit(
     EnqueueExtensions,
     SignPlugin,
 ):
-    """Chooses the best whole GPUs on each node; prefers connected sets on fuller nodes."""
+    """Chooses the devices on each node: connected whole-GPU sets on fuller nodes; shares, exclusive
+    GPUs and MIG devices by the strategy."""
 
     NAME = NAME
     ARGS = GPUFitArgs

@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 from builders import H100_MIB, Cluster, NodeBuilder, PodBuilder, make_node, make_pod
 
+from gpusched.cache.ledger import DEFAULT_POLICY, SharingPolicy
 from gpusched.framework import (
     DEVICE_ASSIGNMENT,
     SUCCESS,
@@ -32,8 +33,10 @@ from gpusched.plugins.gpu_fit import (
     REASON_NO_IDLE_GPU,
     REASON_NODE_CLIENTS,
     REASON_SHARE_CLIENTS,
+    REASON_SHARE_CORES,
     REASON_SHARE_EXCLUSIVE,
     REASON_SHARE_NEVER,
+    REASON_SHARE_PHYSICAL,
     REASON_SHARE_VRAM,
     WOOLYAI_GPU_IDS,
     WOOLYAI_RESERVED_VRAM_MIB,
@@ -210,12 +213,71 @@ def test_filter_shared(case: Case) -> None:
     assert 0 <= choice.fill <= 100
 
 
-def test_node_client_limit() -> None:
-    cluster = Cluster(node()).bind(share("a", 0, 1))
-    info = cluster.node("n")
-    info.ledger.policy = type(info.ledger.policy)(max_clients_per_node=1)
-    _, status = run(GPUFit(), make_pod().shared(1, "1Gi"), cluster)
-    assert status.reasons == (REASON_NODE_CLIENTS,)
+OVERCOMMIT = SharingPolicy(vram_percent=150)
+
+
+@pytest.mark.parametrize(
+    ("what", "policy", "bound", "pod", "reason"),
+    [
+        (
+            "node client limit",
+            SharingPolicy(max_clients_per_node=1),
+            [share("a", 0, 1)],
+            make_pod().shared(1, "1Gi"),
+            REASON_NODE_CLIENTS,
+        ),
+        (
+            "overcommitted VRAM: a pod that cannot swap needs physical room",
+            OVERCOMMIT,
+            [share("a", 0, 70), share("b", 1, 70)],
+            make_pod().shared(1, "20Gi"),
+            REASON_SHARE_PHYSICAL,
+        ),
+        (
+            "overcommitted VRAM: a pod that can swap uses it",
+            OVERCOMMIT,
+            [share("a", 0, 70), share("b", 1, 70)],
+            make_pod().shared(1, "20Gi").swap(),
+            "",
+        ),
+        (
+            "overcommit still has a ceiling",
+            OVERCOMMIT,
+            [share("a", 0, 70), share("b", 1, 70)],
+            make_pod().shared(1, "60Gi").swap(),
+            REASON_SHARE_VRAM,
+        ),
+        (
+            "compute share (HAMi gpucores)",
+            DEFAULT_POLICY,
+            [
+                make_pod(f"c{g}")
+                .limit("nvidia.com/gpu", 1)
+                .limit("nvidia.com/gpumem", 1000)
+                .limit("nvidia.com/gpucores", 80)
+                .on("n")
+                .assigned([g], vram_mib=[1000])
+                for g in (0, 1)
+            ],
+            make_pod()
+            .limit("nvidia.com/gpu", 1)
+            .limit("nvidia.com/gpumem", 1000)
+            .limit("nvidia.com/gpucores", 30),
+            REASON_SHARE_CORES,
+        ),
+    ],
+)
+def test_filter_by_policy(
+    what: str, policy: SharingPolicy, bound: list[PodBuilder], pod: PodBuilder, reason: str
+) -> None:
+    cluster = Cluster(node())
+    cluster.cache.set_node_policy("n", policy)
+    cluster.bind(*bound)
+    _, status = run(GPUFit(), pod, cluster)
+    if reason:
+        assert status.reasons == (reason,)
+    else:
+        assert status is SUCCESS
 
 
 @pytest.mark.parametrize(
