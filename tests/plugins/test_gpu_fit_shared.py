@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 from builders import H100_MIB, Cluster, NodeBuilder, PodBuilder, make_node, make_pod
 
-from gpusched.cache.ledger import DEFAULT_POLICY, SharingPolicy
+from gpusched.cache.ledger import DEFAULT_POLICY, REFUSAL_KINDS, SharingPolicy
 from gpusched.framework import (
     DEVICE_ASSIGNMENT,
     SUCCESS,
@@ -571,3 +571,23 @@ def test_read_once_per_pod(monkeypatch: pytest.MonkeyPatch) -> None:
     plugin.pre_filter(CycleState(), pod)
     assert len(calls) == 1
     assert GPU_CHOICES  # the key stays public
+
+
+@pytest.mark.parametrize(
+    ("bound", "gib", "swap", "kind"),
+    [
+        ([], 10, False, None),
+        ([share("a", 0, 70)], 20, False, "capacity"),
+        ([whole("a", 0)], 1, False, "exclusive"),
+        ([share(f"c{i}", 0, 1) for i in range(10)], 1, False, "clients"),
+    ],
+    ids=["fits", "capacity", "exclusive", "clients"],
+)
+def test_ledger_refusal_kind(
+    bound: list[PodBuilder], gib: int, swap: bool, kind: str | None
+) -> None:
+    """The fixed words Filter's reasons are chosen by agree with the ledger's sentences."""
+    ledger = Cluster(node()).bind(*bound).node("n").ledger
+    assert ledger.refusal_kind(0, gib * GI, None, swap) == kind
+    assert (0 in ledger.refusals(gib * GI, None, swap)) is (kind is not None)
+    assert kind is None or kind in REFUSAL_KINDS.values()
