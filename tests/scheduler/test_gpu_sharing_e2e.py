@@ -129,3 +129,23 @@ async def test_mig_fallback_on_mig_medium(bed: Bed) -> None:
             ),
         )
         assert any("2g.20gb is free on no node" in e["message"] for e in events.values())
+
+
+async def test_requests_no_node_could_ever_take_are_told_why(bed: Bed) -> None:
+    await bed.add_nodes(1, "mig-medium")
+    await bed.add_nodes(1, "dgx-h100")
+    async with bed.running():
+        await bed.create_pod(_shared(bed, "huge", "96Gi"))
+        await bed.create_pod(_pod(bed, "mig3g", {"nvidia.com/mig-3g.40gb": "1"}))
+        await bed.create_pod(_pod(bed, "novram", {"gpusched.io/gpu": "1"}))
+        names = ("huge", "mig3g", "novram")
+        pods = await bed.pods_until(
+            lambda ps: all(_waiting(ps.get(n, {})) is not None for n in names)
+        )
+        assert "asks for 96Gi per GPU; the largest GPU here can give a pod 79.6Gi" in (
+            _waiting(pods["huge"]) or ""
+        )
+        assert "MIG profile 3g.40gb, which no node offers; the nodes offer" in (
+            _waiting(pods["mig3g"]) or ""
+        )
+        assert "gpusched.io/vram" in (_waiting(pods["novram"]) or "")
