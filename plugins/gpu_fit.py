@@ -407,6 +407,8 @@ class GPUFit(
                 read = read_gpu_request(pod)
             except RequestError as exc:
                 read, error = None, str(exc)
+            except (TypeError, AttributeError, ValueError) as exc:  # not a Pod the API stores
+                read, error = None, f"the pod's spec or annotations cannot be read ({exc})"
             self._read_memo = (pod, read, error)
         if error is not None:
             return None, Status.unresolvable(error, plugin=NAME)

@@ -591,3 +591,14 @@ def test_ledger_refusal_kind(
     assert ledger.refusal_kind(0, gib * GI, None, swap) == kind
     assert (0 in ledger.refusals(gib * GI, None, swap)) is (kind is not None)
     assert kind is None or kind in REFUSAL_KINDS.values()
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [{"metadata": {"annotations": "not a map"}}, {"spec": {"containers": 5}}],
+    ids=["annotations", "containers"],
+)
+def test_unreadable_pod_is_unresolvable_not_an_error(pod: dict[str, Any]) -> None:
+    _, status = GPUFit().pre_filter(CycleState(), pod)
+    assert status.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert "cannot be read" in status.message()
