@@ -16,9 +16,11 @@ deleted and re-created under the same name is not bound by mistake.
 
 The assignment comes from the cycle state: :data:`gpusched.framework.DEVICE_ASSIGNMENT`, which
 the device plugin's Reserve wrote and the scheduler stamped with the reservation's UID; without
-it the pod is bound without annotations. The API client is the framework's (``Handle.kube``),
-read at bind time, so a framework built without one (tests, ``gpusched config check``) still
-builds.
+it the pod is bound without annotations. Plugins may add other annotations for the Binding to
+carry in :data:`BINDING_ANNOTATIONS` (GPUFit: an applied MIG fallback, WoolyAI's own
+annotations); gpusched's assignment annotations win over them. The API client is the
+framework's (``Handle.kube``), read at bind time, so a framework built without one (tests,
+``gpusched config check``) still builds.
 
 Failures are Errors (the pod is unreserved and retried after backoff), with what happened:
 a 409 means the pod was bound meanwhile (by another scheduler replica or a user) or is being
@@ -38,18 +40,37 @@ from gpusched.framework import (
     CycleState,
     Handle,
     Pod,
+    StateKey,
     Status,
 )
 from gpusched.kube import APIConflict, APIError, APINotFound
 from gpusched.kube.client import resource_path
 
-__all__ = ["NAME", "DefaultBinder", "binding_body"]
+__all__ = ["BINDING_ANNOTATIONS", "NAME", "BindingAnnotations", "DefaultBinder", "binding_body"]
 
 NAME: Final = "DefaultBinder"
 
 
-def binding_body(pod: Pod, node_name: str, assignment: Assignment | None) -> dict[str, Any]:
-    """The ``Binding`` object that binds ``pod`` to ``node_name`` with ``assignment``."""
+class BindingAnnotations(dict[str, str]):
+    """Annotations, beyond the assignment's, that the Binding carries onto the pod. A dict
+    that ``CycleState.clone()`` copies."""
+
+    def clone(self) -> BindingAnnotations:
+        return BindingAnnotations(self)
+
+
+BINDING_ANNOTATIONS: Final = StateKey[BindingAnnotations]("DefaultBinder/annotations")
+"""Written by Reserve plugins (deleted by their Unreserve); read by :meth:`DefaultBinder.bind`."""
+
+
+def binding_body(
+    pod: Pod,
+    node_name: str,
+    assignment: Assignment | None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ``Binding`` object that binds ``pod`` to ``node_name`` with ``assignment`` (and the
+    ``extra`` annotations, which the assignment's override)."""
     meta = pod.get("metadata") or {}
     metadata: dict[str, Any] = {
         "name": meta.get("name", ""),
@@ -57,8 +78,11 @@ def binding_body(pod: Pod, node_name: str, assignment: Assignment | None) -> dic
     }
     if meta.get("uid"):
         metadata["uid"] = meta["uid"]
+    annotations: dict[str, str] = dict(extra) if extra else {}
     if assignment is not None:
-        metadata["annotations"] = assignment_annotations(assignment)
+        annotations.update(assignment_annotations(assignment))
+    if annotations:
+        metadata["annotations"] = annotations
     return {
         "apiVersion": "v1",
         "kind": "Binding",
@@ -80,7 +104,9 @@ class DefaultBinder(BindPlugin):
         return cls(handle)
 
     async def bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
-        body = binding_body(pod, node_name, state.get(DEVICE_ASSIGNMENT))
+        body = binding_body(
+            pod, node_name, state.get(DEVICE_ASSIGNMENT), state.get(BINDING_ANNOTATIONS)
+        )
         meta = body["metadata"]
         who = f"pod {meta['namespace']}/{meta['name']}"
         path = resource_path("", "v1", "pods", meta["namespace"], meta["name"], "binding")

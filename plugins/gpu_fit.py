@@ -1,10 +1,28 @@
-"""GPUFit: which node, and which of its GPUs, a pod asking for whole GPUs gets.
+"""GPUFit: which node, and which of its devices, a pod asking for GPUs gets.
 
 kube-scheduler counts ``nvidia.com/gpu`` as a number and leaves the devices to the kubelet's
-device plugin; gpusched picks them itself, so that a multi-GPU pod gets GPUs joined by NVLink.
+device plugin; gpusched picks them itself, so that a multi-GPU pod gets GPUs joined by NVLink,
+a shared pod a slice of a GPU that has the VRAM, and a MIG pod a free MIG device (or, when its
+profile is free nowhere, one of the fallbacks it lists).
 
-- **PreFilter** parses the pod once (its whole-GPU request ``N``; malformed gpusched
-  annotations are UnschedulableAndUnresolvable); a pod asking no whole GPUs is Skip.
+- **PreFilter** reads the pod's request once (:func:`gpusched.gpu_requests.read_gpu_request`;
+  a :class:`~gpusched.gpu_requests.RequestError` is UnschedulableAndUnresolvable with its
+  message; no GPU is Skip). Whole GPUs: as below. Shared and MIG: the request, and for a MIG
+  pod with fallbacks whose profile is free on no node, the fallback to place
+  (O(nodes x GPUs), those pods only).
+- **Shared, exclusive and MIG** pods (:meth:`GPUFit._filter_plan`): Filter asks the node's
+  device ledger for devices that take the share (or idle ones, or free MIG devices), chooses
+  by ``strategy`` (binpack: fullest first; spread: emptiest), and rejects with one fixed
+  reason per kind of refusal so the scheduler's summary aggregates; Score is the choice's
+  fill (binpack) or its complement (spread); Reserve writes the devices with the VRAM slice
+  per device (what the cache reads back from the bound pod's annotations), marks the claim
+  :data:`~gpusched.framework.SHARED_CLAIM` for a non-exclusive reservation, and for the
+  Binding adds ``gpusched.io/mig-fallback-applied`` (with an Event) or WoolyAI's
+  ``woolyai.com/gpu-ids`` and ``woolyai.com/reserved-vram-mib``. O(GPUs + MIG devices) per
+  node. NodeResourcesFit leaves ``gpusched.io/vram`` and the other per-GPU quantities to us.
+
+Whole GPUs:
+
 - **Filter** checks the node (advertised, free in the device ledger, ``allocatable -
   requested``, no device conflict) and, if the pod fits, *chooses* its ``N`` GPUs there
   (:mod:`gpusched.topology.selection`: the best-connected free set, leaving the rest well
@@ -18,8 +36,10 @@ device plugin; gpusched picks them itself, so that a multi-GPU pod gets GPUs joi
   nothing, so preemption after it still runs.
 - **Reserve** writes the choice on the chosen node as :data:`gpusched.framework.DEVICE_ASSIGNMENT`,
   which the scheduler assumes in its cache and DefaultBinder puts on the Binding.
-- **SignPod**: pods asking no whole GPUs sign alike; ``N`` and the priority when the score
-  depends on the node alone (``N = 1`` or ``topologyWeight`` 0); else ``None``.
+- **SignPod**: pods asking no GPUs sign alike; ``N`` and the priority when the score
+  depends on the node alone (``N = 1`` or ``topologyWeight`` 0); shared pods by every field
+  Filter and Score read, MIG pods by profile; MIG pods with fallbacks and rejected pods
+  ``None``.
 
 The Filter rules and reasons, the selection, the score formula with worked numbers, and why
 each signature is safe: docs/gpu_fit.md.
@@ -27,14 +47,15 @@ each signature is safe: docs/gpu_fit.md.
 Args::
 
     - name: GPUFit
-      args: {maxCombinations: 5000, topologyWeight: 1, binPackingWeight: 1}
+      args: {maxCombinations: 5000, topologyWeight: 1, binPackingWeight: 1, strategy: binpack}
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Self
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -46,9 +67,11 @@ from gpusched.annotations import (
     parse_priority,
 )
 from gpusched.cache import MIG_RESOURCE_PREFIX, TERMINAL_PHASES, pod_requests
+from gpusched.cache.ledger import mib_text
 from gpusched.framework import (
     DEVICE_ASSIGNMENT,
     MAX_NODE_SCORE,
+    SHARED_CLAIM,
     SUCCESS,
     ActionType,
     ClusterEvent,
@@ -71,10 +94,13 @@ from gpusched.framework import (
     StateKey,
     Status,
 )
-from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory
+from gpusched.gpu_requests import GPURequest as PodRequest
+from gpusched.gpu_requests import RequestError, read_gpu_request
+from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory, mig_resource_name
 from gpusched.topology import GPUTopology, build_topology
 
 from ._helper import pod_of, pod_spec
+from .default_binder import BINDING_ANNOTATIONS, BindingAnnotations
 
 if TYPE_CHECKING:
     from gpusched.cache import NodeInfo, NodeLedger
@@ -82,20 +108,37 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_COMBINATIONS",
     "GPU_CHOICES",
+    "MIG_FALLBACK_APPLIED",
+    "MIG_FALLBACK_LIST",
     "NAME",
     "REASON_GPUS_IN_CONFLICT",
+    "REASON_GPU_IDS",
     "REASON_INSUFFICIENT_FREE_GPUS",
     "REASON_INSUFFICIENT_GPU_RESOURCE",
     "REASON_INVALID_NODE",
+    "REASON_MIG_BUSY",
+    "REASON_MIG_MISSING",
     "REASON_MIXED_REQUEST",
+    "REASON_NODE_CLIENTS",
+    "REASON_NO_IDLE_GPU",
+    "REASON_SHARE_CLIENTS",
+    "REASON_SHARE_CORES",
+    "REASON_SHARE_EXCLUSIVE",
+    "REASON_SHARE_NEVER",
+    "REASON_SHARE_PHYSICAL",
+    "REASON_SHARE_VRAM",
     "REASON_TOO_FEW_GPUS",
+    "WOOLYAI_GPU_IDS",
+    "WOOLYAI_RESERVED_VRAM_MIB",
     "GPUChoice",
     "GPUChoices",
     "GPUFit",
     "GPUFitArgs",
     "GPURequest",
+    "Strategy",
     "choice_for",
     "never_fits",
+    "never_fits_plan",
 ]
 
 NAME: Final = "GPUFit"
@@ -122,6 +165,55 @@ _NODES_MAX: Final = 100_000
 
 _GPU_PLUGINS: Final = frozenset({NAME, "NodeResourcesFit"})
 """Plugins whose rejections PostFilter looks past: they are about the GPUs (or resources)."""
+
+# Shared GPUs: one fixed reason per kind of refusal, so that the scheduler's summary counts
+# nodes ("3 node(s) had ..."); the ledger's sentences with each GPU's numbers are for
+# ``gpusched explain``-style detail (NodeLedger.refusals).
+REASON_SHARE_NEVER: Final = "node(s) had too few GPUs that could ever hold the pod's VRAM share"
+"""UnschedulableAndUnresolvable: even idle, too few GPUs of the node could take the share (too
+small after overcommit, MIG mode, unknown memory, a policy without sharing, too few GPUs)."""
+REASON_SHARE_VRAM: Final = "node(s) had too few GPUs with enough free VRAM for the pod's share"
+REASON_SHARE_PHYSICAL: Final = (
+    "node(s) had too few GPUs whose VRAM is not promised to pods that cannot swap to host memory"
+)
+REASON_SHARE_CLIENTS: Final = "node(s) had too few GPUs below their client limit"
+REASON_SHARE_EXCLUSIVE: Final = "node(s) had too few GPUs not held exclusively"
+REASON_SHARE_CORES: Final = "node(s) had too few GPUs with the pod's compute share free"
+REASON_NODE_CLIENTS: Final = "node(s) had the most pods sharing GPUs their policy allows"
+REASON_NO_IDLE_GPU: Final = "node(s) had too few idle GPUs for an exclusive pod"
+REASON_GPU_IDS: Final = "node(s) could not give the GPU indices the pod names"
+"""Unschedulable (UnschedulableAndUnresolvable when an index does not exist on the node)."""
+REASON_MIG_MISSING: Final = "node(s) had no MIG device of the requested profile"
+"""UnschedulableAndUnresolvable: the node offers no MIG device of the profile at all."""
+REASON_MIG_BUSY: Final = "node(s) had too few free MIG devices of the requested profile"
+
+MIG_FALLBACK_APPLIED: Final = "gpusched.io/mig-fallback-applied"
+"""Written on the Binding when a MIG pod got a fallback profile: ``"2g.20gb->1g.10gb"``."""
+MIG_FALLBACK_LIST: Final = "gpusched.io/mig-fallback"
+WOOLYAI_GPU_IDS: Final = "woolyai.com/gpu-ids"
+WOOLYAI_RESERVED_VRAM_MIB: Final = "woolyai.com/reserved-vram-mib"
+
+Strategy = Literal["binpack", "spread"]
+
+_SHARE_KIND_REASON: Final = {
+    "capacity": REASON_SHARE_VRAM,
+    "physical": REASON_SHARE_PHYSICAL,
+    "clients": REASON_SHARE_CLIENTS,
+    "exclusive": REASON_SHARE_EXCLUSIVE,
+    "cores": REASON_SHARE_CORES,
+    "starved": REASON_SHARE_CORES,
+}
+"""Ledger refusal kinds a pod leaving could clear, and their reasons (the others never clear)."""
+_SHARE_STATUS: Final = {
+    reason: Status.unschedulable(reason, plugin=NAME) for reason in _SHARE_KIND_REASON.values()
+}
+_SHARE_NEVER: Final = Status.unresolvable(REASON_SHARE_NEVER, plugin=NAME)
+_NODE_CLIENTS: Final = Status.unschedulable(REASON_NODE_CLIENTS, plugin=NAME)
+_NO_IDLE: Final = Status.unschedulable(REASON_NO_IDLE_GPU, plugin=NAME)
+_IDS_BUSY: Final = Status.unschedulable(REASON_GPU_IDS, plugin=NAME)
+_IDS_MISSING: Final = Status.unresolvable(REASON_GPU_IDS, plugin=NAME)
+_MIG_MISSING: Final = Status.unresolvable(REASON_MIG_MISSING, plugin=NAME)
+_MIG_BUSY: Final = Status.unschedulable(REASON_MIG_BUSY, plugin=NAME)
 
 _TOO_FEW: Final = Status.unresolvable(REASON_TOO_FEW_GPUS, plugin=NAME)
 _NO_FREE: Final = Status.unschedulable(REASON_INSUFFICIENT_FREE_GPUS, plugin=NAME)
@@ -160,6 +252,9 @@ class GPUChoice:
     """Free whole GPUs left on the node once the pod holds these."""
     whole_gpus: int
     """Whole GPUs the node has (MIG off), free or not."""
+    fill: int = -1
+    """Shared and MIG pods: how full the chosen GPUs and the node are once the pod holds
+    these, 0..100 (the strategy's score reads it); -1 for whole GPUs."""
 
     def to_assignment(self, reservation_uid: str = "") -> Assignment:
         """The assignment to assume in the cache and write as annotations."""
@@ -181,7 +276,20 @@ GPU_CHOICES: Final = StateKey[GPUChoices]("GPUFit/choices")
 """Written (empty) by PreFilter for pods asking whole GPUs, filled by Filter, one entry per node
 that passed; absent for other pods. Read it with :func:`choice_for`."""
 
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A shared or MIG pod's request as Filter places it (PreFilter's decision)."""
+
+    request: PodRequest
+    mig_resource: str = ""
+    """MIG: the extended resource placed, the fallback's when one applies."""
+    fallback: str = ""
+    """MIG: ``"2g.20gb->1g.10gb"`` when the profile is free nowhere and a fallback is."""
+
+
 _REQUEST: Final = StateKey[GPURequest]("PreFilterGPUFit")
+_PLAN: Final = StateKey[_Plan]("PreFilterGPUFit/plan")
 _BEST_TOPOLOGY: Final = StateKey[int]("PreScoreGPUFit")
 
 
@@ -219,6 +327,11 @@ class GPUFitArgs(PluginArgs):
     """``Wt`` in the score: how much a better-connected set counts. Default 1."""
     bin_packing_weight: int = Field(default=1, ge=0)
     """``Wp`` in the score: how much leaving the node fuller counts. Default 1."""
+    strategy: Strategy = "binpack"
+    """Shared and MIG pods: ``binpack`` (the default) puts a share on the fullest GPU that
+    fits and scores fuller nodes higher, keeping whole GPUs idle for whole-GPU pods;
+    ``spread`` puts it on the emptiest and scores emptier nodes higher (least interference
+    between clients). Whole-GPU pods always use the topology/bin-packing score."""
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -240,7 +353,8 @@ class GPUFit(
     EnqueueExtensions,
     SignPlugin,
 ):
-    """Chooses the best whole GPUs on each node; prefers connected sets on fuller nodes."""
+    """Chooses the devices on each node: connected whole-GPU sets on fuller nodes; shares, exclusive
+    GPUs and MIG devices by the strategy."""
 
     NAME = NAME
     ARGS = GPUFitArgs
@@ -251,6 +365,10 @@ class GPUFit(
         self._max_combinations = args.max_combinations
         self._wt = args.topology_weight
         self._wp = args.bin_packing_weight
+        self._spread = args.strategy == "spread"
+        self._read_memo: tuple[Pod, PodRequest | None, str | None] | None = None
+        """The last pod read (by identity), its request and the RequestError text: SignPod and
+        PreFilter of one cycle read a pod once."""
         self._nodes: dict[str, tuple[GPUNodeInventory, GPUTopology]] = {}
         self._layouts: dict[tuple[Any, ...], GPUTopology] = {}
         self._last: dict[str, tuple[int, int, GPUChoice]] = {}
@@ -264,12 +382,66 @@ class GPUFit(
     # -- PreFilter -------------------------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: Pod) -> tuple[PreFilterResult | None, Status]:
-        request, status = self._parse(pod)
-        if request is None:
+        read, status = self._read(pod)
+        if read is None:
             return None, status
-        state.write(_REQUEST, request)
+        if read.mode == "whole":
+            request, status = self._parse(pod)
+            if request is None:
+                return None, status
+            state.write(_REQUEST, request)
+        else:
+            state.write(_PLAN, self._plan(read))
         state.write(GPU_CHOICES, GPUChoices())
         return None, SUCCESS
+
+    def _read(self, pod: Pod) -> tuple[PodRequest | None, Status]:
+        """The pod's request (:func:`read_gpu_request`, once per pod object), or ``None`` and
+        Skip (no GPU) or UnschedulableAndUnresolvable (its message)."""
+        memo = self._read_memo
+        if memo is not None and memo[0] is pod:
+            _, read, error = memo
+        else:
+            error = None
+            try:
+                read = read_gpu_request(pod)
+            except RequestError as exc:
+                read, error = None, str(exc)
+            except (TypeError, AttributeError, ValueError) as exc:  # not a Pod the API stores
+                read, error = None, f"the pod's spec or annotations cannot be read ({exc})"
+            self._read_memo = (pod, read, error)
+        if error is not None:
+            return None, Status.unresolvable(error, plugin=NAME)
+        if read is None:
+            return None, Status.skip()
+        if read.mode != "whole":
+            try:
+                parse_assignment(pod)
+            except AnnotationError as exc:
+                return None, Status.unresolvable(str(exc), plugin=NAME)
+        return read, SUCCESS
+
+    def _plan(self, read: PodRequest) -> _Plan:
+        """Shared: the request. MIG: the profile to place; when the pod lists fallbacks and its
+        profile is free on no node of the snapshot, the first fallback free on some node
+        (O(nodes x GPUs), only for MIG pods with fallbacks)."""
+        if read.mode != "mig" or read.mig_profile is None:
+            return _Plan(read)
+        resource = mig_resource_name(read.mig_profile)
+        if not read.mig_fallbacks or self._handle is None:
+            return _Plan(read, resource)
+        try:
+            nodes = self._handle.node_lister.node_infos()
+        except RuntimeError:  # a framework built without a scheduler (tests, config check)
+            return _Plan(read, resource)
+        n = read.count
+        if any(_free_mig(info, resource) >= n for info in nodes):
+            return _Plan(read, resource)
+        for profile in read.mig_fallbacks:
+            other = mig_resource_name(profile)
+            if any(_free_mig(info, other) >= n for info in nodes):
+                return _Plan(read, other, f"{read.mig_profile}->{profile}")
+        return _Plan(read, resource)
 
     @staticmethod
     def _parse(pod: Pod) -> tuple[GPURequest | None, Status]:
@@ -313,7 +485,10 @@ class GPUFit(
         No cache: the parse is the one PreFilter does (a few microseconds). Never raises.
         """
         try:
-            request, status = self._parse(pod)
+            read, status = self._read(pod)
+            if read is not None and read.mode != "whole":
+                return self._sign_read(read)
+            request, status = (None, status) if read is None else self._parse(pod)
         except Exception:  # a pod too malformed to read: PreFilter will say why
             return None
         if request is None:
@@ -322,11 +497,42 @@ class GPUFit(
             return None
         return (NAME, request.count, request.priority)
 
+    @staticmethod
+    def _sign_read(read: PodRequest) -> Hashable | None:
+        """Shared pods: every field Filter and Score read (the score is the chosen GPUs' and
+        the node's fill, a function of the node alone). MIG pods without fallbacks: profile,
+        count, priority. MIG pods with fallbacks: ``None``, since the profile placed depends on
+        every node of the snapshot (PreFilter), not on the node at hand."""
+        if read.mode == "mig":
+            if read.mig_fallbacks:
+                return None
+            return (NAME, "mig", read.mig_profile, read.count, read.priority)
+        return (
+            NAME,
+            "shared",
+            read.count,
+            read.vram_mib,
+            read.vram_fraction,
+            read.cores_percent,
+            read.exclusive,
+            read.swap_from_vram,
+            read.gpu_ids,
+            read.priority,
+        )
+
     # -- Filter ----------------------------------------------------------------------------
 
     def filter(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
+        plan = state.get(_PLAN)
+        if plan is not None:
+            return self._filter_plan(state, plan, node_info)
         request = state.get(_REQUEST)
         if request is None:  # PreFilter disabled for this plugin
+            read, status = self._read(pod)
+            if read is None:
+                return SUCCESS if status.is_skip else status
+            if read.mode != "whole":
+                return self._filter_plan(state, self._plan(read), node_info)
             request, status = self._parse(pod)
             if request is None:
                 return SUCCESS if status.is_skip else status
@@ -359,6 +565,191 @@ class GPUFit(
         choices[name] = choice
         return SUCCESS
 
+    # -- Filter: shared GPUs and MIG devices -------------------------------------------------
+
+    def _filter_plan(self, state: CycleState, plan: _Plan, node_info: NodeInfo) -> Status:
+        """Shared or MIG: check the node and record the devices chosen. O(GPUs + MIG devices)."""
+        if node_info.error is not None:
+            return _INVALID_NODE
+        if node_info.unplaced:
+            return _CONFLICT
+        if plan.request.mode == "mig":
+            choice, status = self._choose_mig(plan, node_info)
+        else:
+            choice, status = self._choose_shared(plan.request, node_info)
+        if choice is None:
+            return status
+        choices = state.get(GPU_CHOICES)
+        if choices is None:
+            choices = GPUChoices()
+            state.write(GPU_CHOICES, choices)
+        choices[node_info.name] = choice
+        return SUCCESS
+
+    def _choose_shared(
+        self, request: PodRequest, node_info: NodeInfo
+    ) -> tuple[GPUChoice | None, Status]:
+        """``count`` devices that take the share (or, exclusive, idle devices), chosen by the
+        strategy; else why not, as an aggregatable reason. O(GPUs)."""
+        ledger = node_info.ledger
+        n = request.count
+        devices = ledger.devices
+        shares: dict[int, int] = {}
+        """Device index -> MiB the share would reserve there (all candidates)."""
+        if request.exclusive:
+            idle = ledger.shareable_devices(request.vram_mib, exclusive=True)
+            for i in idle:
+                shares[i] = devices[i].memory_mib or 0
+        else:
+            if ledger.node_refusal() is not None:
+                return None, _NODE_CLIENTS
+            swap, cores = request.swap_from_vram, request.cores_percent or 0
+            for mib_by, indices in _share_groups(ledger, request):
+                for i in ledger.shareable_devices(mib_by, None, swap, cores):
+                    if i in indices:
+                        shares[i] = mib_by
+        wanted = request.gpu_ids
+        if wanted is not None:
+            if any(not 0 <= i < len(devices) for i in wanted):
+                return None, _IDS_MISSING
+            busy = next((i for i in wanted if i not in shares), None)
+            if busy is not None:
+                return None, _named_refusal(ledger, request, busy)
+            chosen = wanted
+        elif len(shares) >= n:
+            chosen = tuple(sorted(shares, key=lambda i: self._device_key(ledger, i))[:n])
+        else:
+            return None, self._share_refusal(request, node_info)
+        return self._share_choice(ledger, chosen, shares, request.exclusive), SUCCESS
+
+    def _device_key(self, ledger: NodeLedger, index: int) -> tuple[int, int, int]:
+        """Order of preference among candidate devices: binpack the fullest first (by
+        reserved VRAM over capacity, then clients), spread the emptiest; then by index."""
+        device = ledger.devices[index]
+        reserved, clients = ledger.device_load(index)
+        capacity = device.policy.capacity_mib(device.memory_mib or 0) or 1
+        fill = reserved * 1000 // capacity
+        if self._spread:
+            return (fill, clients, index)
+        return (-fill, -clients, index)
+
+    @staticmethod
+    def _share_choice(
+        ledger: NodeLedger, chosen: tuple[int, ...], shares: Mapping[int, int], exclusive: bool
+    ) -> GPUChoice:
+        """The choice, with its fill: the mean of the chosen GPUs' reserved share of their
+        capacity after the pod and the share of the node's GPUs (MIG off) in use after it."""
+        devices = ledger.devices
+        reserved = capacity = 0
+        for i in chosen:
+            device = devices[i]
+            cap = device.policy.capacity_mib(device.memory_mib or 0)
+            capacity += cap
+            reserved += cap if exclusive else min(device.reserved_mib + shares[i], cap)
+        whole = busy = 0
+        for device in devices:
+            if not device.mig_enabled:
+                whole += 1
+                if device.holders or device.index in chosen:
+                    busy += 1
+        gpu_fill = MAX_NODE_SCORE * reserved // capacity if capacity else MAX_NODE_SCORE
+        node_fill = MAX_NODE_SCORE * busy // whole if whole else MAX_NODE_SCORE
+        uuids = tuple(devices[i].uuid or "" for i in chosen)
+        return GPUChoice(
+            gpu_ids=chosen,
+            uuids=uuids if all(uuids) else (),
+            vram_mib=tuple(shares[i] for i in chosen),
+            topology_score=0,
+            free_after=whole - busy,
+            whole_gpus=whole,
+            fill=(gpu_fill + node_fill) // 2,
+        )
+
+    @staticmethod
+    def _share_refusal(request: PodRequest, node_info: NodeInfo) -> Status:
+        """Why the node has too few devices for the share: UnschedulableAndUnresolvable when
+        even idle it would (too few GPUs that could ever hold it), else the commonest refusal
+        among its devices. O(GPUs); only for rejected nodes."""
+        ledger = node_info.ledger
+        n = request.count
+        if request.exclusive:
+            ever = sum(
+                1
+                for d in ledger.devices
+                if not d.mig_enabled
+                and (
+                    request.vram_mib is None
+                    or (d.memory_mib is not None and d.memory_mib >= request.vram_mib)
+                )
+            )
+            return _NO_IDLE if ever >= n else _SHARE_NEVER
+        kinds: dict[str, int] = {}
+        ever = 0
+        swap, cores = request.swap_from_vram, request.cores_percent or 0
+        for mib_by, indices in _share_groups(ledger, request):
+            for i in sorted(indices):
+                device = ledger.devices[i]
+                if _could_hold(device, mib_by, swap):
+                    ever += 1
+                    kind = ledger.refusal_kind(i, mib_by, None, swap, cores)
+                    if kind is not None:
+                        kinds[kind] = kinds.get(kind, 0) + 1
+        if ever < n:
+            return _SHARE_NEVER
+        common = [k for k in kinds if k in _SHARE_KIND_REASON]
+        if not common:
+            return _SHARE_NEVER
+        top = max(common, key=lambda k: kinds[k])
+        return _SHARE_STATUS[_SHARE_KIND_REASON[top]]
+
+    def _choose_mig(self, plan: _Plan, node_info: NodeInfo) -> tuple[GPUChoice | None, Status]:
+        """``count`` free MIG devices of the plan's resource: by the ledger when the node's
+        inventory lists them (binpack: on the GPUs with most MIG devices held; spread: fewest),
+        else by ``allocatable - requested`` with no device named (the cache then infers it).
+        O(GPUs + MIG devices)."""
+        ledger = node_info.ledger
+        resource = plan.mig_resource
+        n = plan.request.count
+        offered = held = 0
+        per_gpu: dict[int, int] = {}
+        for device in ledger.devices:
+            for m in device.mig:
+                if m.holder is not None:
+                    held += 1
+                    per_gpu[device.index] = per_gpu.get(device.index, 0) + 1
+                if m.resource == resource:
+                    offered += 1
+        if not offered:
+            advertised = int(node_info.allocatable.scalar.get(resource, 0))
+            if advertised < n:
+                return None, _MIG_MISSING
+            if advertised - node_info.requested.scalar.get(resource, 0) < n:
+                return None, _MIG_BUSY
+            return GPUChoice((), (), (), 0, 0, 0, fill=0), SUCCESS
+        free = ledger.free_mig(resource)
+        if offered < n:
+            return None, _MIG_MISSING
+        if len(free) < n:
+            return None, _MIG_BUSY
+        sign = 1 if self._spread else -1
+        free.sort(key=lambda f: (sign * per_gpu.get(f[0], 0), f[0]))
+        picked = free[:n]
+        total = sum(len(d.mig) for d in ledger.devices)
+        fill = MAX_NODE_SCORE * (held + n) // total if total else 0
+        memory = {m.uuid: m.memory_mib for d in ledger.devices for m in d.mig}
+        return (
+            GPUChoice(
+                gpu_ids=tuple(i for i, _ in picked),
+                uuids=tuple(u for _, u in picked),
+                vram_mib=tuple(memory[u] for _, u in picked),
+                topology_score=0,
+                free_after=ledger.free_gpu_count,
+                whole_gpus=_whole_gpus(ledger),
+                fill=fill,
+            ),
+            SUCCESS,
+        )
+
     # -- PostFilter ------------------------------------------------------------------------
 
     def post_filter(
@@ -367,12 +758,17 @@ class GPUFit(
         """Unschedulable, with a message when no node could ever take the pod (see
         :func:`never_fits`); it never makes room, so later PostFilter plugins still run."""
         request = state.get(_REQUEST)
-        if request is None or self._handle is None:
+        plan = state.get(_PLAN)
+        if (request is None and plan is None) or self._handle is None:
             return None, Status.unschedulable(plugin=NAME)
         try:
             lister = self._handle.node_lister
         except RuntimeError:  # a framework built without a scheduler (tests, config check)
             return None, Status.unschedulable(plugin=NAME)
+        if plan is not None:
+            why = never_fits_plan(plan.request, lister.node_infos())
+            return None, Status.unschedulable(*([why] if why else []), plugin=NAME)
+        assert request is not None
         # The nodes the pod could run on but for their GPUs: not those another plugin (its
         # selectors, taints, a cordon) turned down.
         nodes = [
@@ -432,6 +828,8 @@ class GPUFit(
     # -- PreScore / Score ------------------------------------------------------------------
 
     def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status:
+        if _PLAN in state:
+            return SUCCESS
         if _REQUEST not in state:
             return Status.skip()
         choices = state.get(GPU_CHOICES) or GPUChoices()
@@ -445,12 +843,14 @@ class GPUFit(
 
     def score(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> tuple[int, Status]:
         choice = choice_for(state, node_info.name)
-        if choice is None or not choice.whole_gpus:
+        if choice is None or (not choice.whole_gpus and choice.fill < 0):
             return 0, Status.error(
                 f"no GPU choice for node {node_info.name!r}: GPUFit's Filter did not pass it "
                 f"this cycle (is GPUFit enabled at filter as well as score?)",
                 plugin=NAME,
             )
+        if choice.fill >= 0:  # shared or MIG: the strategy's score
+            return (MAX_NODE_SCORE - choice.fill if self._spread else choice.fill), SUCCESS
         best = state.get(_BEST_TOPOLOGY) or 0
         whole = choice.whole_gpus
         used = whole - choice.free_after
@@ -475,11 +875,53 @@ class GPUFit(
                 f"cycle (is GPUFit enabled at filter as well as reserve?)",
                 plugin=NAME,
             )
-        state.write(DEVICE_ASSIGNMENT, choice.to_assignment())
+        if choice.gpu_ids:
+            state.write(DEVICE_ASSIGNMENT, choice.to_assignment())
+        plan = state.get(_PLAN)
+        if plan is None:
+            return SUCCESS
+        if choice.gpu_ids and (plan.request.mode == "mig" or not plan.request.exclusive):
+            state.write(SHARED_CLAIM, True)
+        extra = BindingAnnotations()
+        if plan.fallback:
+            extra[MIG_FALLBACK_APPLIED] = plan.fallback
+            self._fallback_event(pod, node_name, plan)
+        if plan.request.source == "woolyai" and choice.gpu_ids:
+            # WoolyAI's node side reads these (seed 000, "Scheduler-Populated Annotations"):
+            # the indices, comma-separated, and the slice promised on each GPU.
+            extra[WOOLYAI_GPU_IDS] = ",".join(str(i) for i in choice.gpu_ids)
+            slices = set(choice.vram_mib)
+            extra[WOOLYAI_RESERVED_VRAM_MIB] = (
+                str(choice.vram_mib[0])
+                if len(slices) == 1
+                else ",".join(str(v) for v in choice.vram_mib)
+            )
+        if extra:
+            state.write(BINDING_ANNOTATIONS, extra)
         return SUCCESS
+
+    def _fallback_event(self, pod: Pod, node_name: str, plan: _Plan) -> None:
+        """The Event saying the pod got a fallback profile (best effort)."""
+        if self._handle is None:
+            return
+        try:
+            events = self._handle.events
+        except RuntimeError:  # a framework built without a scheduler
+            return
+        preferred, _, given = plan.fallback.partition("->")
+        events.eventf(
+            pod,
+            "Normal",
+            "MIGFallback",
+            "Scheduling",
+            f"MIG profile {preferred} is free on no node; the pod gets {given} on node "
+            f"{node_name}, the first free profile of its {MIG_FALLBACK_LIST} list",
+        )
 
     def unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
         state.delete(DEVICE_ASSIGNMENT)
+        state.delete(BINDING_ANNOTATIONS)
+        state.delete(SHARED_CLAIM)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -492,6 +934,61 @@ class GPUFit(
             ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD | ActionType.UPDATE)),
             ClusterEventWithHint(ClusterEvent("GPUNodeInventory", ActionType.ALL)),
         ]
+
+
+def _free_mig(node_info: NodeInfo, resource: str) -> int:
+    """Free MIG devices of ``resource`` on the node: by its ledger, else its allocatable
+    minus requested (nodes without inventory). O(GPUs + MIG devices)."""
+    ledger = node_info.ledger
+    if any(m.resource == resource for d in ledger.devices for m in d.mig):
+        return len(ledger.free_mig(resource))
+    if node_info.error is not None:
+        return 0
+    scalar = node_info.allocatable.scalar
+    return int(scalar.get(resource, 0) - node_info.requested.scalar.get(resource, 0))
+
+
+def _share_groups(ledger: NodeLedger, request: PodRequest) -> list[tuple[int, set[int]]]:
+    """(MiB the share reserves, the device indices where it is that much): one group for a
+    ``vram_mib`` request, one per memory size for a fraction of each GPU (exact: MiB =
+    memory x fraction, rounded down as HAMi rounds ``gpumem-percentage``). Devices of
+    unknown memory take no fraction. O(GPUs)."""
+    if request.vram_mib is not None:
+        return [(request.vram_mib, {d.index for d in ledger.devices})]
+    fraction = request.vram_fraction if request.vram_fraction is not None else Fraction(1)
+    groups: dict[int, set[int]] = {}
+    for device in ledger.devices:
+        if device.memory_mib is None:
+            continue
+        mib = max(device.memory_mib * fraction.numerator // fraction.denominator, 1)
+        groups.setdefault(mib, set()).add(device.index)
+    return list(groups.items())
+
+
+def _named_refusal(ledger: NodeLedger, request: PodRequest, index: int) -> Status:
+    """Why the GPU the pod names (``gpu-ids-request``) cannot take it: the share's refusal
+    reason when it is one a pod leaving could clear, else :data:`REASON_GPU_IDS`."""
+    if request.exclusive:
+        return _IDS_BUSY
+    for mib, indices in _share_groups(ledger, request):
+        if index in indices:
+            kind = ledger.refusal_kind(
+                index, mib, None, request.swap_from_vram, request.cores_percent or 0
+            )
+            if kind in _SHARE_KIND_REASON and _could_hold(
+                ledger.devices[index], mib, request.swap_from_vram
+            ):
+                return _SHARE_STATUS[_SHARE_KIND_REASON[kind]]
+    return _IDS_BUSY
+
+
+def _could_hold(device: Any, mib: int, swap: bool) -> bool:
+    """Whether ``device``, idle, could take a share of ``mib``: MIG off, memory known, a
+    policy that shares, and the share within capacity (within the memory unless it swaps)."""
+    memory = device.memory_mib
+    if device.mig_enabled or memory is None or not device.policy.allow_shared:
+        return False
+    return bool(mib <= device.policy.capacity_mib(memory) and (swap or mib <= memory))
 
 
 def _whole_gpus(ledger: NodeLedger) -> int:
@@ -540,6 +1037,57 @@ def never_fits(count: int, nodes: Sequence[NodeInfo]) -> str | None:
         f"The pod asks for {asked}, but {where}: the nodes offer {', '.join(sorted(offered))}. "
         f"Ask for a MIG device instead (for example {min(offered)}: 1), or turn MIG off on "
         "enough GPUs"
+    )
+
+
+def never_fits_plan(request: PodRequest, nodes: Sequence[NodeInfo]) -> str | None:
+    """Why no node could ever take a shared or MIG request (one sentence, no final period),
+    or ``None``: a MIG profile (and no fallback) that no node offers, naming those they do;
+    a VRAM share larger than every GPU (after overcommit). O(nodes x GPUs)."""
+    if request.mode == "mig":
+        profiles = (request.mig_profile or "", *request.mig_fallbacks)
+        wanted = {mig_resource_name(p) for p in profiles}
+        offered: set[str] = set()
+        for info in nodes:
+            for device in info.ledger.devices:
+                offered.update(m.resource for m in device.mig)
+            if info.error is None:
+                offered.update(
+                    r for r in info.allocatable.scalar if r.startswith(MIG_RESOURCE_PREFIX)
+                )
+        if wanted & offered:
+            return None
+        asked = " or ".join(profiles)
+        if not offered:
+            return (
+                f"The pod asks for MIG profile {asked}, but no node offers MIG devices: ask "
+                f"for whole GPUs ({RESOURCE_GPU}) or shared ones (gpusched.io/gpu)"
+            )
+        return (
+            f"The pod asks for MIG profile {asked}, which no node offers; the nodes offer "
+            f"{', '.join(sorted(offered))}: ask for one of those, or list one in "
+            f"{MIG_FALLBACK_LIST}"
+        )
+    if request.vram_mib is None or request.exclusive:
+        return None
+    largest = 0
+    for info in nodes:
+        for device in info.ledger.devices:
+            if device.memory_mib is not None and not device.mig_enabled:
+                cap = device.policy.capacity_mib(device.memory_mib)
+                largest = max(
+                    largest, cap if request.swap_from_vram else min(cap, device.memory_mib)
+                )
+    if request.vram_mib <= largest:
+        return None
+    if largest == 0:
+        return (
+            f"The pod asks for {mib_text(request.vram_mib)} of VRAM per shared GPU, but no "
+            "node has a GPU that can be shared by VRAM (with MIG off and a GPUNodeInventory)"
+        )
+    return (
+        f"The pod asks for {mib_text(request.vram_mib)} per GPU; the largest GPU here can "
+        f"give a pod {mib_text(largest)}: ask for at most that much gpusched.io/vram"
     )
 
 

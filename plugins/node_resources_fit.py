@@ -11,6 +11,21 @@ node's whole allocatable, so that even an empty node could not take it (upstream
 Extended resources listed in the ``ignoredResources`` arg, or whose domain is listed in
 ``ignoredResourceGroups``, are not checked.
 
+**Resources GPUFit owns (issue 10).** Some GPU "resources" in a pod's limits are not amounts
+of anything a node has: ``gpusched.io/vram`` and HAMi's ``nvidia.com/gpumem``,
+``nvidia.com/gpumem-percentage`` and ``nvidia.com/gpucores`` are quantities *per GPU* (the
+slice wanted on each of the ``gpusched.io/gpu`` GPUs), and no node advertises them, so
+comparing them with ``allocatable`` would reject every node. They are never checked here,
+whatever the args say (:data:`PER_GPU_RESOURCES`): GPUFit checks them against each device
+in the device ledger. HAMi's scheduler does the same by declaring them ``ignoredByScheduler``
+managed resources of its extender; we chose a fixed set over a default ``ignoredResources``
+because a profile that sets its own ``ignoredResources`` would otherwise lose it and reject
+every shared pod. ``gpusched.io/gpu`` itself *is* checked (the node agent advertises a slot
+per client of each GPU, GPUs x 10 in the simulation), as kube-scheduler would.
+A pod that lists MIG fallbacks (``gpusched.io/mig-fallback``) may be placed on another
+profile than the ``nvidia.com/mig-<profile>`` it requests, so its MIG resources are not
+checked here either: GPUFit places it by the node's free MIG devices.
+
 PreFilter computes the pod's effective requests once per cycle with
 :func:`gpusched.cache.pod_requests` (init containers, sidecars, overhead and pod-level
 resources, as the cache counts the pods already on the node), so Filter only compares integers.
@@ -77,7 +92,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MEMORY_REQUEST",
     "DEFAULT_MILLI_CPU_REQUEST",
+    "MIG_FALLBACK",
+    "MIG_PREFIX",
     "NAME",
+    "PER_GPU_RESOURCES",
     "REASON_INSUFFICIENT",
     "REASON_INSUFFICIENT_CPU",
     "REASON_INSUFFICIENT_EPHEMERAL_STORAGE",
@@ -105,6 +123,18 @@ DEFAULT_MILLI_CPU_REQUEST: Final = 100
 """Millicores a container without a cpu request counts as when scoring (upstream's value)."""
 DEFAULT_MEMORY_REQUEST: Final = 200 * 1024 * 1024
 """Bytes a container without a memory request counts as when scoring (upstream's 200Mi)."""
+
+PER_GPU_RESOURCES: Final = frozenset(
+    {
+        "gpusched.io/vram",
+        "nvidia.com/gpumem",
+        "nvidia.com/gpumem-percentage",
+        "nvidia.com/gpucores",
+    }
+)
+"""Per-GPU quantities that Filter never checks (GPUFit does, per device): module docstring."""
+MIG_FALLBACK: Final = "gpusched.io/mig-fallback"
+MIG_PREFIX: Final = "nvidia.com/mig-"
 
 _STATUS_CACHE_MAX: Final = 4096
 _NONZERO_CACHE_MAX: Final = 100_000
@@ -260,17 +290,23 @@ class NodeResourcesFit(
 
     def _request(self, pod: Pod) -> _Request:
         requests = pod_requests(pod)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        fallback = isinstance(annotations, Mapping) and MIG_FALLBACK in annotations
         scalars = tuple(
             (name, amount, insufficient_reason(name))
             for name, amount in sorted(requests.scalar.items())
-            if not self._ignores(name)
+            if not self._ignores(name) and not (fallback and name.startswith(MIG_PREFIX))
         )
         return _Request(requests, scalars)
 
     def _ignores(self, name: str) -> bool:
         if not _is_extended(name):
             return False
-        return name in self._ignored or name.split("/", 1)[0] in self._ignored_groups
+        return (
+            name in PER_GPU_RESOURCES
+            or name in self._ignored
+            or name.split("/", 1)[0] in self._ignored_groups
+        )
 
     def filter(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
         request = state.get(_PRE_FILTER)

@@ -94,6 +94,7 @@ __all__ = [
     "EXCLUSIVE_ONLY",
     "MIG_RESOURCE_PREFIX",
     "MIG_UUID_PREFIX",
+    "REFUSAL_KINDS",
     "GPUDevice",
     "MIGInstance",
     "NodeLedger",
@@ -294,6 +295,19 @@ _CAPACITY: Final = 6
 _PHYSICAL: Final = 7
 _CORES: Final = 8
 _STARVED: Final = 9
+
+REFUSAL_KINDS: Final = {
+    _MIG: "mig",
+    _EXCLUSIVE: "exclusive",
+    _UNKNOWN_MEMORY: "unknown-memory",
+    _NOT_SHARED: "not-shared",
+    _CLIENTS: "clients",
+    _CAPACITY: "capacity",
+    _PHYSICAL: "physical",
+    _CORES: "cores",
+    _STARVED: "starved",
+}
+"""The words :meth:`NodeLedger.refusal_kind` gives, by refusal code."""
 
 _Entry = tuple[int, str, int, int]
 """One booked device of a claim: (GPU index, UUID or "", MiB, MIG position or -1 for whole)."""
@@ -502,6 +516,26 @@ class NodeLedger:
             if code:
                 out[device.index] = self._refusal_text(code, device, mib, swap, cores)
         return out
+
+    def refusal_kind(
+        self,
+        index: int,
+        vram_mib: int | None = None,
+        vram_percent: int | None = None,
+        swap: bool = False,
+        cores: int = 0,
+    ) -> str | None:
+        """Why device ``index`` cannot take one more share of this shape, as a fixed word
+        (one of :data:`REFUSAL_KINDS`), or ``None`` when it can: for reasons that aggregate
+        across nodes (a scheduler's "3 node(s) had ..."), where :meth:`refusals` gives the
+        sentence with this device's numbers. O(1) (O(holders) as :meth:`refusals`)."""
+        self._check_shape(vram_mib, vram_percent, cores)
+        device = self.devices[index]
+        mib = self._share_of(device, vram_mib, vram_percent)
+        if mib is None:
+            return REFUSAL_KINDS[_UNKNOWN_MEMORY]
+        code = self._refusal(device, mib, swap, cores)
+        return REFUSAL_KINDS[code] if code else None
 
     def node_refusal(self) -> str | None:
         """Why the node takes no more shared pods (its client limit), or ``None``. O(1)."""

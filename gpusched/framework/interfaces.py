@@ -59,6 +59,7 @@ __all__ = [
     "DEVICE_ASSIGNMENT",
     "MAX_NODE_SCORE",
     "MIN_NODE_SCORE",
+    "SHARED_CLAIM",
     "WILDCARD",
     "ActionType",
     "BindPlugin",
@@ -114,6 +115,13 @@ scheduler and the binders.
   back under this key and assumes the pod with it; if assuming fails, it runs Unreserve.
 - Binders (``DefaultBinder``) and any later plugin (Permit, PreBind, PostBind) read it.
 """
+
+SHARED_CLAIM: Final = StateKey[bool]("gpusched.io/shared-claim")
+"""Written ``True`` (beside :data:`DEVICE_ASSIGNMENT`, by the same Reserve plugin, deleted by its
+Unreserve) when the assignment is not an exclusive hold of whole GPUs: a VRAM share, or MIG
+devices (several live on one GPU index). The binding cycle then writes the pod's reservation
+Lease entry as non-exclusive, so two shares or two MIG devices of one GPU do not conflict there
+as two whole GPUs would. Absent: exclusive."""
 
 
 # -- data passed between the framework and plugins ----------------------------------------

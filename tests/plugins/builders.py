@@ -109,6 +109,30 @@ class PodBuilder:
         resources.setdefault("limits", {})[RESOURCE_GPU] = str(count)
         return self
 
+    def limit(self, name: str, quantity: str | int) -> PodBuilder:
+        """``name`` in limits and requests, as the API server stores an extended resource."""
+        self.request(name, quantity)
+        resources = self._spec["containers"][0]["resources"]
+        resources.setdefault("limits", {})[name] = str(quantity)
+        return self
+
+    def shared(self, count: int, vram: str) -> PodBuilder:
+        """``count`` shared GPUs (``gpusched.io/gpu``) with ``vram`` on each
+        (``gpusched.io/vram``), in limits (and requests)."""
+        return self.limit("gpusched.io/gpu", count).limit("gpusched.io/vram", vram)
+
+    def exclusive(self) -> PodBuilder:
+        """``gpusched.io/exclusive: "true"``: an idle GPU that nobody joins."""
+        return self.annotate("gpusched.io/exclusive", "true")
+
+    def swap(self, allowed: bool = True) -> PodBuilder:
+        """``gpusched.io/swap-from-vram``."""
+        return self.annotate("gpusched.io/swap-from-vram", "true" if allowed else "false")
+
+    def mig_fallback(self, *profiles: str) -> PodBuilder:
+        """``gpusched.io/mig-fallback``: profiles accepted instead, in order."""
+        return self.annotate("gpusched.io/mig-fallback", ",".join(profiles))
+
     def mig(self, profile: str, count: int = 1) -> PodBuilder:
         return self.request(f"nvidia.com/mig-{profile.replace('+', '.')}", count)
 

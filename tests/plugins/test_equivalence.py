@@ -39,7 +39,13 @@ KINDS: dict[str, Any] = {
     "one-gpu-tolerant": lambda b: b.gpus(1).toleration("dedicated", operator="Exists"),
     "cpu-only": lambda b: b.cpu("4").memory("8Gi"),
     "two-gpus": lambda b: b.gpus(2),
+    "shared-20gi": lambda b: b.shared(1, "20Gi"),
+    "shared-2x10gi": lambda b: b.shared(2, "10Gi"),
+    "shared-exclusive": lambda b: b.shared(1, "10Gi").exclusive(),
+    "mig-2g": lambda b: b.mig("2g.20gb"),
+    "mig-1g": lambda b: b.mig("1g.10gb"),
 }
+MIG = ["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"]
 
 
 def _nodes(rng: random.Random, count: int, prefer_taints: bool) -> list[Any]:
@@ -51,8 +57,10 @@ def _nodes(rng: random.Random, count: int, prefer_taints: bool) -> list[Any]:
             b.gpus(8, topology="nvswitch")
         elif shape < 0.7:
             b.gpus(4, topology="pcie")
-        elif shape < 0.85:
+        elif shape < 0.8:
             b.gpus(2, topology=None)
+        elif shape < 0.9:
+            b.gpus(4, topology="pcie", mig=MIG)
         b.label("zone", rng.choice("ab"))
         if rng.random() < 0.1:
             b.taint("dedicated", "ml")

@@ -55,6 +55,10 @@ KINDS: dict[str, Any] = {
     "four": lambda b: b.gpus(4),
     "cpu": lambda b: b.cpu("2"),
     "mig": lambda b: b.mig("1g.10gb"),
+    "mig-2g": lambda b: b.mig("2g.20gb"),
+    "shared": lambda b: b.shared(1, "30Gi"),
+    "shared-swap": lambda b: b.shared(2, "20Gi").swap(),
+    "shared-exclusive": lambda b: b.shared(1, "1Gi").exclusive(),
 }
 
 SHAPES = [

@@ -326,7 +326,7 @@ def test_filter_rejections(
         (make_pod().gpus(1).priority("urgent"), 'annotation gpusched.io/priority="urgent"'),
         (make_pod().priority(7), 'annotation gpusched.io/priority="7"'),
         (make_pod().gpus(1).annotate("gpusched.io/gpu-ids", "0,x"), "comma-separated GPU indices"),
-        (make_pod().gpus(1).mig("1g.10gb"), REASON_MIXED_REQUEST),
+        (make_pod().gpus(1).mig("1g.10gb"), "whole GPUs (nvidia.com/gpu) and MIG devices"),
         (make_pod().gpus(1).cpu("a lot"), "invalid resource requests"),
     ],
 )
@@ -437,7 +437,7 @@ SIGNATURES: list[tuple[str, PodBuilder, GPUFitArgs, Hashable | None]] = [
     ("cpu and memory", make_pod().cpu("2").memory("1Gi"), DEFAULT, (NAME, 0)),
     ("no GPUs, a priority", make_pod().cpu("1").priority(3), DEFAULT, (NAME, 0)),
     ("zero GPUs", make_pod().gpus(0), DEFAULT, (NAME, 0)),
-    ("MIG devices only", MIG_ONLY, DEFAULT, (NAME, 0)),
+    ("MIG devices only", MIG_ONLY, DEFAULT, (NAME, "mig", "1g.10gb", 1, 0)),
     # One GPU: the score is bin packing only, a function of the node.
     ("one GPU", make_pod().gpus(1), DEFAULT, (NAME, 1, 0)),
     ("one GPU and cpu", make_pod().gpus(1).cpu("4").memory("8Gi"), DEFAULT, (NAME, 1, 0)),
@@ -455,7 +455,8 @@ SIGNATURES: list[tuple[str, PodBuilder, GPUFitArgs, Hashable | None]] = [
     ("bad GPU ids", make_pod().gpus(1).annotate(GPU_IDS, "0,x"), PACKING_ONLY, None),
     ("GPUs and MIG", make_pod().gpus(1).mig("1g.10gb"), PACKING_ONLY, None),
     ("bad quantity", make_pod().gpus(1).cpu("a lot"), PACKING_ONLY, None),
-    ("bad quantity, no GPUs", make_pod().cpu("a lot"), DEFAULT, None),
+    # No GPU asked: PreFilter Skips (NodeResourcesFit reports the quantity).
+    ("bad quantity, no GPUs", make_pod().cpu("a lot"), DEFAULT, (NAME, 0)),
 ]
 
 
@@ -480,8 +481,9 @@ def test_sign_pod(what: str, pod: PodBuilder, args: GPUFitArgs, fragment: Hashab
         assert fragment is None
     else:
         assert status is SUCCESS
-        gpus = pod_requests(pod.obj()).scalar[RESOURCE_GPU]
-        assert (fragment is None) == (args.topology_weight > 0 and gpus >= 2)
+        gpus = pod_requests(pod.obj()).scalar.get(RESOURCE_GPU, 0)
+        if gpus:
+            assert (fragment is None) == (args.topology_weight > 0 and gpus >= 2)
 
 
 @pytest.mark.parametrize(
