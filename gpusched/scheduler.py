@@ -58,6 +58,7 @@ from gpusched.equivalence import EquivalenceCache, Placement
 from gpusched.events import EventRecorder
 from gpusched.framework import (
     DEVICE_ASSIGNMENT,
+    SHARED_CLAIM,
     ActionType,
     ClusterEvent,
     Code,
@@ -936,6 +937,7 @@ class Scheduler:
                         info.uid,
                         assignment.gpu_ids,
                         assignment.vram_mib,
+                        exclusive=not state.get(SHARED_CLAIM),
                     )
                     progress.reserved = reserved
                     try:

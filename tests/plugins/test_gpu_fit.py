@@ -34,7 +34,6 @@ from gpusched.plugins.gpu_fit import (
     REASON_INSUFFICIENT_FREE_GPUS,
     REASON_INSUFFICIENT_GPU_RESOURCE,
     REASON_INVALID_NODE,
-    REASON_MIXED_REQUEST,
     REASON_TOO_FEW_GPUS,
     GPUChoice,
     GPUFit,
