@@ -214,11 +214,25 @@ OnWrite = Callable[[str, str], None]
 ``"create"`` or ``"update"``): the scheduler's ``gpusched_api_writes_total``."""
 
 
-def exclusive_devices_free(reservation: Reservation) -> Validate:
-    """The whole-GPU rule: none of the reservation's GPUs is held by another reservation."""
+def devices_free(reservation: Reservation) -> Validate:
+    """Exclusivity both ways: an exclusive reservation (whole GPUs) needs GPUs no other
+    reservation holds in any way; a non-exclusive one (a VRAM share, a MIG device) needs GPUs
+    no other reservation holds exclusively. Several shares of one GPU do not conflict here:
+    their VRAM and client counts are not checked across replicas by the Lease yet (each
+    replica's own cache checks them; two replicas prefer disjoint nodes, gpusched.replicas)."""
 
     def check(lease: NodeLease) -> None:
-        taken = lease.held_gpus(exclude=reservation.uid) & set(reservation.gpu_ids)
+        wanted = set(reservation.gpu_ids)
+        if reservation.exclusive:
+            others = {
+                g
+                for uid, r in lease.reservations.items()
+                if uid != reservation.uid
+                for g in r.gpu_ids
+            }
+        else:
+            others = lease.held_gpus(exclude=reservation.uid)
+        taken = others & wanted
         if taken:
             raise ReservationConflict(
                 f"GPU(s) {sorted(taken)} on node {lease.node} are reserved for another pod"
@@ -428,7 +442,7 @@ class ReservationWriter:
             for reservation, validate, done in batch:
                 if done.done():  # its caller gave up (cancelled)
                     continue
-                check = validate or exclusive_devices_free(reservation)
+                check = validate or devices_free(reservation)
                 try:
                     check(NodeLease(node, kept, current.resource_version))
                 except ReservationConflict as exc:

@@ -367,6 +367,8 @@ class GPUFit(
         self._wp = args.bin_packing_weight
         self._spread = args.strategy == "spread"
         self._read_memo: tuple[Pod, PodRequest | None, str | None] | None = None
+        self._whole_memo: tuple[Pod, GPURequest | None, Status] | None = None
+        """The last pod's whole-GPU parse: PreFilter and SignPod of one cycle read it once."""
         """The last pod read (by identity), its request and the RequestError text: SignPod and
         PreFilter of one cycle read a pod once."""
         self._nodes: dict[str, tuple[GPUNodeInventory, GPUTopology]] = {}
@@ -386,7 +388,7 @@ class GPUFit(
         if read is None:
             return None, status
         if read.mode == "whole":
-            request, status = self._parse(pod)
+            request, status = self._parse_whole(pod)
             if request is None:
                 return None, status
             state.write(_REQUEST, request)
@@ -443,6 +445,15 @@ class GPUFit(
                 return _Plan(read, other, f"{read.mig_profile}->{profile}")
         return _Plan(read, resource)
 
+    def _parse_whole(self, pod: Pod) -> tuple[GPURequest | None, Status]:
+        """:meth:`_parse`, memoised for the last pod object (PreFilter, then SignPod)."""
+        memo = self._whole_memo
+        if memo is not None and memo[0] is pod:
+            return memo[1], memo[2]
+        request, status = self._parse(pod)
+        self._whole_memo = (pod, request, status)
+        return request, status
+
     @staticmethod
     def _parse(pod: Pod) -> tuple[GPURequest | None, Status]:
         """The pod's request, or ``None`` and why not (Skip: it asks for no whole GPUs)."""
@@ -488,7 +499,7 @@ class GPUFit(
             read, status = self._read(pod)
             if read is not None and read.mode != "whole":
                 return self._sign_read(read)
-            request, status = (None, status) if read is None else self._parse(pod)
+            request, status = (None, status) if read is None else self._parse_whole(pod)
         except Exception:  # a pod too malformed to read: PreFilter will say why
             return None
         if request is None:

@@ -14,8 +14,10 @@ from gpusched.reservations import (
     RESERVATIONS_ANNOTATION,
     LeaseFormatError,
     NodeLease,
+    Reservation,
     ReservationConflict,
     ReservationWriter,
+    devices_free,
     lease_name,
 )
 from gpusched.sim import FaultRule, SimCluster
@@ -56,6 +58,41 @@ async def test_reservations_accumulate_one_write_each(kube: Kube) -> None:
     )
     assert stored["spec"]["holderIdentity"] == "replica-a"
     assert NodeLease.from_object(stored).reservations["r1"].gpu_ids == (0, 1)
+
+
+EXCLUSIVITY = [
+    # (existing: exclusive?, new: exclusive?, conflict?) on the same GPU
+    (True, True, True),  # two whole-GPU pods
+    (True, False, True),  # a share never joins a GPU held whole
+    (False, True, True),  # a whole-GPU pod never takes a GPU being shared
+    (False, False, False),  # two shares (VRAM and clients: each replica's cache)
+]
+
+
+def _reservation(uid: str, gpus: list[int], exclusive: bool) -> Reservation:
+    return Reservation(
+        uid=uid,
+        pod=f"default/{uid}",
+        pod_uid=f"pod-{uid}",
+        gpu_ids=tuple(gpus),
+        vram_mib=tuple(20480 for _ in gpus),
+        exclusive=exclusive,
+        expires=2e9,
+        holder="a",
+        written=1e9,
+    )
+
+
+@pytest.mark.parametrize(("held", "new", "conflict"), EXCLUSIVITY)
+def test_exclusivity_holds_both_ways_in_the_lease(held: bool, new: bool, conflict: bool) -> None:
+    lease = NodeLease("node-1", {"r1": _reservation("r1", [2], held)})
+    check = devices_free(_reservation("r2", [2, 3], new))
+    if conflict:
+        with pytest.raises(ReservationConflict, match=r"GPU\(s\) \[2\] on node node-1"):
+            check(lease)
+    else:
+        check(lease)
+    devices_free(_reservation("r3", [3], True))(lease)  # another GPU is free either way
 
 
 async def test_a_stale_writer_loses_the_gpu_it_raced_for(kube: Kube) -> None:
