@@ -776,10 +776,6 @@ class GPUFit(
             lister = self._handle.node_lister
         except RuntimeError:  # a framework built without a scheduler (tests, config check)
             return None, Status.unschedulable(plugin=NAME)
-        if plan is not None:
-            why = never_fits_plan(plan.request, lister.node_infos())
-            return None, Status.unschedulable(*([why] if why else []), plugin=NAME)
-        assert request is not None
         # The nodes the pod could run on but for their GPUs: not those another plugin (its
         # selectors, taints, a cordon) turned down.
         nodes = [
@@ -787,10 +783,12 @@ class GPUFit(
             for n in lister.node_infos()
             if (st := statuses.get(n.name)) is None or st.plugin in _GPU_PLUGINS
         ]
-        why = never_fits(request.count, nodes)
-        if why is None:
-            return None, Status.unschedulable(plugin=NAME)
-        return None, Status.unschedulable(why, plugin=NAME)
+        if plan is not None:
+            why = never_fits_plan(plan.request, nodes)
+        else:
+            assert request is not None
+            why = never_fits(request.count, nodes)
+        return None, Status.unschedulable(*([why] if why else []), plugin=NAME)
 
     def _choose(self, node_info: NodeInfo, n: int) -> GPUChoice:
         """The best ``n`` free GPUs of the node (module docstring). The node has them."""
