@@ -19,6 +19,19 @@ Shipped workloads live in ``gpusched/sim/workloads/``; ``load_workload`` takes a
 path. ``arrivals`` yields (seconds after start, pod manifest) in time order; ``replay``
 creates them on a clock, so a test can replay an hour of arrivals on a ``FakeClock``.
 Durations become ``sim.gpusched.io/duration`` annotations, which the simulated kubelet honours.
+
+A pod template asks for GPUs in one of the four shapes of README's pod API table, and
+``_manifest`` writes exactly what a user would::
+
+    {gpus: 2}                                  nvidia.com/gpu: 2 (whole GPUs; the default, 1)
+    {vram: 20Gi, shared: 2}                    gpusched.io/gpu: 2 + gpusched.io/vram: 20Gi
+    {vram: 40Gi, exclusive: true}              the above + annotation gpusched.io/exclusive
+    {mig: 2g.20gb, migFallback: [1g.10gb]}     nvidia.com/mig-2g.20gb: 1 + gpusched.io/mig-fallback
+
+Why the template and not raw limits: a typo in a limit would create pods the scheduler
+rejects at run time, far from the file; the template is checked when the workload loads (one
+shape per pod, VRAM a quantity, profiles spelled as the device plugin spells them), with
+the same parsers the scheduler uses, so a workload that loads asks for what it means.
 """
 
 from __future__ import annotations
@@ -31,9 +44,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpusched.annotations import PRIORITY
+from gpusched.gpu_requests._common import parse_mib_quantity, parse_profile
+from gpusched.gpu_requests.native import (
+    EXCLUSIVE,
+    MIG_FALLBACK,
+    RESOURCE_SHARED_GPU,
+    RESOURCE_VRAM,
+)
+from gpusched.inventory import mig_resource_name
 from gpusched.clock import Clock
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIConflict
@@ -60,8 +81,18 @@ class _Model(BaseModel):
 
 
 class PodTemplate(_Model):
-    gpus: int = Field(default=1, ge=0)
-    """Whole GPUs (``nvidia.com/gpu`` limit)."""
+    gpus: int | None = Field(default=None, ge=0)
+    """Whole GPUs (``nvidia.com/gpu`` limit); 1 when the pod asks for no other shape."""
+    vram: str | None = None
+    """VRAM on each shared GPU (``gpusched.io/vram``, e.g. ``20Gi``): a shared-GPU pod."""
+    shared: int | None = Field(default=None, ge=1)
+    """Shared GPUs (``gpusched.io/gpu``); 1 when ``vram`` is given alone."""
+    exclusive: bool = False
+    """``gpusched.io/exclusive: "true"``: a shared-API pod on an idle GPU nobody joins."""
+    mig: str | None = None
+    """One MIG device of this profile (``nvidia.com/mig-<profile>: 1``)."""
+    mig_fallback: list[str] = Field(default_factory=list, alias="migFallback")
+    """Profiles to accept instead, in order (``gpusched.io/mig-fallback``)."""
     cpu: str = "1"
     memory: str = "4Gi"
     duration: str | None = None
@@ -75,6 +106,64 @@ class PodTemplate(_Model):
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     image: str = "registry.k8s.io/pause:3.10"
+
+    @field_validator("vram")
+    @classmethod
+    def _check_vram(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_mib_quantity("vram", value)  # raises with the fix in the message
+        return value
+
+    @field_validator("mig")
+    @classmethod
+    def _check_mig(cls, value: str | None) -> str | None:
+        return None if value is None else parse_profile("mig", value)
+
+    @field_validator("mig_fallback")
+    @classmethod
+    def _check_fallbacks(cls, value: list[str]) -> list[str]:
+        profiles = [parse_profile("migFallback", p) for p in value]
+        if len(set(profiles)) != len(profiles):
+            raise ValueError("migFallback lists a profile twice; list each profile once")
+        return profiles
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> PodTemplate:
+        shapes = [
+            name
+            for name, given in (
+                ("gpus", self.gpus is not None and self.gpus > 0),
+                ("vram/shared", self.vram is not None or self.shared is not None),
+                ("mig", self.mig is not None),
+            )
+            if given
+        ]
+        if len(shapes) > 1:
+            raise ValueError(
+                f"the pod asks for {' and '.join(shapes)}: a pod asks for one kind of GPU; "
+                "split it into two waves"
+            )
+        if self.shared is not None and self.vram is None:
+            raise ValueError("shared GPUs need vram (VRAM per GPU, e.g. vram: 20Gi); add it")
+        if self.exclusive and self.vram is None:
+            raise ValueError(
+                "exclusive: true applies to shared-API pods: add vram (e.g. vram: 40Gi), or "
+                "drop it, as whole gpus are exclusive already"
+            )
+        if self.mig_fallback and self.mig is None:
+            raise ValueError("migFallback needs mig (the preferred profile, e.g. mig: 2g.20gb)")
+        if self.mig is not None and self.mig in self.mig_fallback:
+            raise ValueError(f"migFallback lists {self.mig}, the preferred profile; remove it")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """``whole``, ``shared``, ``exclusive``, ``mig`` or ``none`` (a CPU-only pod)."""
+        if self.mig is not None:
+            return "mig"
+        if self.vram is not None:
+            return "exclusive" if self.exclusive else "shared"
+        return "none" if self.gpus == 0 else "whole"
 
 
 class Wave(_Model):
@@ -153,8 +242,17 @@ def _manifest(workload: Workload, wave: Wave, index: int) -> dict[str, Any]:
     if t.priority is not None:
         annotations[PRIORITY] = str(t.priority)
     limits: dict[str, str] = {"cpu": t.cpu, "memory": t.memory}
-    if t.gpus:
-        limits["nvidia.com/gpu"] = str(t.gpus)
+    if t.mig is not None:
+        limits[mig_resource_name(t.mig)] = "1"
+        if t.mig_fallback:
+            annotations[MIG_FALLBACK] = ",".join(t.mig_fallback)
+    elif t.vram is not None:
+        limits[RESOURCE_SHARED_GPU] = str(t.shared or 1)
+        limits[RESOURCE_VRAM] = t.vram
+        if t.exclusive:
+            annotations[EXCLUSIVE] = "true"
+    elif t.gpus != 0:
+        limits["nvidia.com/gpu"] = str(1 if t.gpus is None else t.gpus)
     spec: dict[str, Any] = {
         "schedulerName": t.scheduler_name,
         "restartPolicy": "Never",
