@@ -10,6 +10,7 @@ import pytest
 from gpusched.clock import FakeClock
 from gpusched.sim import SimCluster
 from gpusched.sim.workload import (
+    Workload,
     WorkloadError,
     arrivals,
     load_workload,
@@ -45,6 +46,23 @@ def test_smoke_pods_carry_requests_durations_and_priorities() -> None:
         ("name: x\nwaves:\n- {name: a, count: -1}\n", "count"),
         ("name: x\nwaves:\n- {name: a, count: 1, pod: {gpus: 1, duration: soon}}\n", "duration"),
         ("name: x\nwaves: [\n", "not valid YAML"),
+        ("name: x\nwaves:\n- {name: a, count: 1, pod: {vram: lots}}\n", "vram"),
+        ("name: x\nwaves:\n- {name: a, count: 1, pod: {vram: '20'}}\n", "no unit"),
+        ("name: x\nwaves:\n- {name: a, count: 1, pod: {shared: 2}}\n", "need vram"),
+        ("name: x\nwaves:\n- {name: a, count: 1, pod: {gpus: 2, vram: 20Gi}}\n", "one kind"),
+        ("name: x\nwaves:\n- {name: a, count: 1, pod: {gpus: 1, mig: 1g.10gb}}\n", "one kind"),
+        ("name: x\nwaves:\n- {name: a, count: 1, pod: {exclusive: true}}\n", "add vram"),
+        ("name: x\nwaves:\n- {name: a, count: 1, pod: {mig: 2g}}\n", "MIG profile"),
+        ("name: x\nwaves:\n- {name: a, count: 1, pod: {migFallback: [1g.10gb]}}\n", "needs mig"),
+        (
+            "name: x\nwaves:\n- {name: a, count: 1, pod: {mig: 1g.10gb, migFallback: [1g.10gb]}}\n",
+            "preferred profile",
+        ),
+        (
+            "name: x\nwaves:\n- {name: a, count: 1, pod: {mig: 2g.20gb, "
+            "migFallback: [1g.10gb, 1g.10gb]}}\n",
+            "twice",
+        ),
     ],
 )
 def test_bad_workloads_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
@@ -53,6 +71,48 @@ def test_bad_workloads_name_the_problem(tmp_path: Path, text: str, message: str)
     with pytest.raises(WorkloadError, match=message) as exc:
         load_workload(path)
     assert "w.yaml" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("pod", "limits", "annotations"),
+    [
+        ({}, {"nvidia.com/gpu": "1"}, {}),
+        ({"gpus": 0}, {}, {}),
+        ({"gpus": 4}, {"nvidia.com/gpu": "4"}, {}),
+        ({"vram": "20Gi"}, {"gpusched.io/gpu": "1", "gpusched.io/vram": "20Gi"}, {}),
+        (
+            {"vram": "20Gi", "shared": 2, "gpus": 0},
+            {"gpusched.io/gpu": "2", "gpusched.io/vram": "20Gi"},
+            {},
+        ),
+        (
+            {"vram": "40Gi", "exclusive": True},
+            {"gpusched.io/gpu": "1", "gpusched.io/vram": "40Gi"},
+            {"gpusched.io/exclusive": "true"},
+        ),
+        ({"mig": "3g.40gb"}, {"nvidia.com/mig-3g.40gb": "1"}, {}),
+        (
+            {"mig": "2g.20gb", "migFallback": ["1g.10gb", "1g.20gb"]},
+            {"nvidia.com/mig-2g.20gb": "1"},
+            {"gpusched.io/mig-fallback": "1g.10gb,1g.20gb"},
+        ),
+    ],
+)
+def test_pod_shapes_become_the_limits_and_annotations_a_user_writes(
+    pod: dict[str, object], limits: dict[str, str], annotations: dict[str, str]
+) -> None:
+    workload = Workload.model_validate(
+        {"name": "x", "waves": [{"name": "a", "count": 1, "pod": pod}]}
+    )
+    [(_, manifest)] = arrivals(workload)
+    got = manifest["spec"]["containers"][0]["resources"]["limits"]
+    assert {k: v for k, v in got.items() if k not in ("cpu", "memory")} == limits
+    assert manifest["metadata"]["annotations"] == annotations
+
+
+def test_gpu_mix_uses_every_pod_shape() -> None:
+    workload = load_workload("gpu-mix")
+    assert {w.pod.kind for w in workload.waves} == {"shared", "exclusive", "mig", "whole"}
 
 
 def test_unknown_workload_lists_the_shipped_ones() -> None:

@@ -5,6 +5,14 @@ like any client, replays the workload's arrivals, prints progress once a second,
 when every pod has finished or can make no more progress (or at ``timeout``), with a summary:
 pods bound, pods still pending with the reason the scheduler gave them, GPU utilisation per
 pool, and scheduling latency percentiles (creation to binding, as observed by a watch).
+
+VRAM per GPU kind (product): what the scheduler reserved, read back from the bound pods'
+``gpusched.io/reserved-vram-mib`` annotations (the record any client sees, not the
+scheduler's memory), against the fleet's inventories. Each device in ``gpusched.io/gpu-uuids``
+(a GPU or a MIG device) maps to its GPU's product; a pod with no VRAM annotated counts its
+devices' whole memory. The summary gives the peak over the run, sampled whenever the watch
+delivers a change (O(pods) a sample, like the GPU utilisation), and how many pods of each
+shape (shared, exclusive, MIG, whole) were bound on that kind.
 """
 
 from __future__ import annotations
@@ -18,16 +26,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from gpusched.annotations import AnnotationError, parse_assignment
 from gpusched.clock import RealClock
+from gpusched.gpu_requests.native import EXCLUSIVE, RESOURCE_SHARED_GPU
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIConflict
 from gpusched.scheduler import Scheduler
 from gpusched.sim.cluster import SimCluster
-from gpusched.sim.fleet import ClusterSpec, build_fleet
+from gpusched.sim.fleet import ClusterSpec, SimNode, build_fleet
 from gpusched.sim.workload import Workload, replay
 from gpusched.webhook.mutate import MIG_FALLBACK_APPLIED
 
-__all__ = ["RunReport", "run_workload", "summary"]
+__all__ = ["RunReport", "format_mib", "pod_shape", "run_workload", "summary"]
 
 
 @dataclass
@@ -45,6 +55,12 @@ class RunReport:
     accounted_at: float | None = None
     mig_fallbacks: Counter[str] = field(default_factory=Counter)
     """``"2g.20gb->1g.10gb"`` -> pods the admission webhook moved to a fallback MIG profile."""
+    vram_total_mib: dict[str, int] = field(default_factory=dict)
+    """GPU product -> VRAM of all its GPUs in the fleet, MiB."""
+    vram_peak_mib: dict[str, int] = field(default_factory=dict)
+    """GPU product -> most VRAM reserved at once by bound, unfinished pods, MiB."""
+    pods_by_product: dict[str, Counter[str]] = field(default_factory=dict)
+    """GPU product -> pod shape (:func:`pod_shape`) -> pods bound on it."""
 
     def percentile(self, p: float) -> float:
         if not self.latencies:
@@ -144,7 +160,10 @@ async def run_workload(
             start = clock.monotonic()
             replayer = asyncio.create_task(replay(sim.kube, workload, clock), name="replay")
             report.gpus_by_pool = _gpus_by_pool(spec)
-            pool_of = {n.name: n.pool for n in build_fleet(spec)}
+            fleet = build_fleet(spec)
+            pool_of = {n.name: n.pool for n in fleet}
+            devices = _Devices(fleet)
+            report.vram_total_mib = dict(devices.total_mib)
             last_progress = -1.0
             stalled_since: float | None = None
             last_counts: Counter[str] = Counter()
@@ -152,6 +171,7 @@ async def run_workload(
                 now = clock.monotonic() - start
                 counts = observer.counts()
                 _account(report, observer, pool_of)
+                _account_vram(report, observer, devices)
                 if progress and now - last_progress >= 1.0:
                     last_progress = now
                     print(_progress_line(now, workload, counts), file=out, flush=True)
@@ -173,6 +193,7 @@ async def run_workload(
                     await asyncio.wait_for(observer.changed.wait(), timeout=0.5)
             report.elapsed = clock.monotonic() - start
             _final(report, observer)
+            _count_shapes(report, observer, devices)
         finally:
             for t in tasks:
                 t.cancel()
@@ -206,6 +227,98 @@ def _account(report: RunReport, observer: _Observer, pool_of: dict[str, str]) ->
     for pool, total in report.gpus_by_pool.items():
         report.gpu_seconds_total[pool] = report.gpu_seconds_total.get(pool, 0.0) + total * dt
         report.gpu_seconds_used[pool] = report.gpu_seconds_used.get(pool, 0.0) + used[pool] * dt
+
+
+class _Devices:
+    """Every device of the fleet by UUID (GPUs and MIG devices) -> (product, memory MiB)."""
+
+    def __init__(self, fleet: list[SimNode]) -> None:
+        self.by_uuid: dict[str, tuple[str, int]] = {}
+        self.by_index: dict[tuple[str, int], tuple[str, int]] = {}
+        self.total_mib: Counter[str] = Counter()
+        for node in fleet:
+            if node.inventory is None:
+                continue
+            for gpu in node.inventory.gpus:
+                self.total_mib[gpu.product] += gpu.memory_mib
+                self.by_uuid[gpu.uuid] = self.by_index[node.name, gpu.index] = (
+                    gpu.product,
+                    gpu.memory_mib,
+                )
+                for dev in gpu.mig_devices:
+                    self.by_uuid[dev.uuid] = (gpu.product, dev.memory_mib)
+
+    def reserved(self, pod: dict[str, Any]) -> list[tuple[str, int]]:
+        """(product, MiB) for each device the pod's annotations record; [] when none."""
+        try:
+            assignment = parse_assignment(pod)
+        except AnnotationError:
+            return []  # the scheduler diagnoses it; a summary only counts what it can read
+        if assignment is None:
+            return []
+        node = pod["spec"].get("nodeName", "")
+        out: list[tuple[str, int]] = []
+        for i, index in enumerate(assignment.gpu_ids):
+            uuid = assignment.gpu_uuids[i] if assignment.gpu_uuids else ""
+            device = self.by_uuid.get(uuid) or self.by_index.get((node, index))
+            if device is None:
+                continue
+            product, memory = device
+            out.append((product, assignment.vram_mib[i] if assignment.vram_mib else memory))
+        return out
+
+
+def _holds_devices(pod: dict[str, Any]) -> bool:
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    return bool(pod["spec"].get("nodeName")) and phase not in ("Succeeded", "Failed")
+
+
+def _account_vram(report: RunReport, observer: _Observer, devices: _Devices) -> None:
+    """Record the peak VRAM reserved per product by pods holding devices now: O(pods)."""
+    now: Counter[str] = Counter()
+    for pod in observer.pods.values():
+        if _holds_devices(pod):
+            for product, mib in devices.reserved(pod):
+                now[product] += mib
+    for product, mib in now.items():
+        if mib > report.vram_peak_mib.get(product, 0):
+            report.vram_peak_mib[product] = mib
+
+
+def pod_shape(pod: dict[str, Any]) -> str:
+    """How the pod asks for GPUs (README's pod API table): ``"MIG"``, ``"exclusive"``,
+    ``"shared"``, ``"whole"``, or ``""`` for none of these."""
+    limits: dict[str, Any] = {}
+    for container in pod["spec"].get("containers", ()):
+        limits.update((container.get("resources") or {}).get("limits") or {})
+    if any(name.startswith("nvidia.com/mig-") for name in limits):
+        return "MIG"
+    if RESOURCE_SHARED_GPU in limits:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        return "exclusive" if annotations.get(EXCLUSIVE, "").lower() == "true" else "shared"
+    if "nvidia.com/gpu" in limits:
+        return "whole"
+    return ""
+
+
+def _count_shapes(report: RunReport, observer: _Observer, devices: _Devices) -> None:
+    for pod in observer.pods.values():
+        shape = pod_shape(pod)
+        placed = devices.reserved(pod) if pod["spec"].get("nodeName") else []
+        if shape and placed:
+            product = placed[0][0]
+            report.pods_by_product.setdefault(product, Counter())[shape] += 1
+
+
+def format_mib(mib: float) -> str:
+    """``319488`` -> ``"312Gi"``, ``1335296`` -> ``"1.3Ti"``, ``512`` -> ``"512Mi"``."""
+    if mib >= 1 << 20:
+        return f"{mib / (1 << 20):.1f}Ti"
+    if mib >= 10 << 10:
+        return f"{mib / 1024:.0f}Gi"
+    if mib >= 1024:
+        return f"{mib / 1024:.1f}Gi"
+    return f"{mib:.0f}Mi"
 
 
 def _final(report: RunReport, observer: _Observer) -> None:
@@ -264,6 +377,18 @@ def summary(report: RunReport, spec: ClusterSpec, workload: Workload) -> str:
         if total:
             used = report.gpu_seconds_used.get(pool, 0.0)
             lines.append(f"  GPU utilisation, pool {pool}: {100 * used / total:.0f}%")
+    for product, total in sorted(report.vram_total_mib.items()):
+        peak = report.vram_peak_mib.get(product, 0)
+        shapes = report.pods_by_product.get(product, Counter())
+        pods = ", ".join(
+            f"{shapes[s]} {s} pod{'s' if shapes[s] != 1 else ''}"
+            for s in ("shared", "exclusive", "MIG", "whole")
+            if shapes[s]
+        )
+        lines.append(
+            f"  VRAM, {product}: {format_mib(peak)} of {format_mib(total)} reserved at peak "
+            f"({100 * peak / total:.0f}%)" + (f", {pods}" if pods else ", no pods")
+        )
     for change, count in sorted(report.mig_fallbacks.items()):
         lines.append(f"  MIG fallback at admission: {count} pod(s) {change}")
     if report.pending:

@@ -47,6 +47,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpusched.annotations import PRIORITY
+from gpusched.clock import Clock
 from gpusched.gpu_requests._common import parse_mib_quantity, parse_profile
 from gpusched.gpu_requests.native import (
     EXCLUSIVE,
@@ -55,7 +56,6 @@ from gpusched.gpu_requests.native import (
     RESOURCE_VRAM,
 )
 from gpusched.inventory import mig_resource_name
-from gpusched.clock import Clock
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIConflict
 from gpusched.sim.kubelet import DURATION_ANNOTATION, parse_duration
