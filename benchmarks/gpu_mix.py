@@ -83,7 +83,9 @@ MIG_PROFILES = ("1g.10gb", "2g.20gb")
 MIX = (("shared", 60), ("exclusive", 10), ("whole", 20), ("mig", 10))
 
 
-def _pod(name: str, uid: str, limits: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:
+def _pod(
+    name: str, uid: str, limits: dict[str, str], annotations: dict[str, str]
+) -> dict[str, Any]:
     requests = {"cpu": "100m", "memory": "500Mi"}
     requests.update({k: v for k, v in limits.items() if k.startswith("nvidia.com/")})
     meta: dict[str, Any] = {"name": name, "namespace": "mix", "uid": uid, "labels": {"app": "mix"}}
@@ -169,8 +171,8 @@ def first_fit(snapshot: Any, order: list[str], kind: str, pod: dict[str, Any]) -
             if ledger.free_gpu_count < n:
                 continue
             ids = ledger.free_gpus()[:n]
-            mib = [devices[i].memory_mib or 0 for i in ids]
-            return name, Assignment(tuple(ids), tuple(devices[i].uuid for i in ids), tuple(mib), "")
+            whole = tuple(devices[i].memory_mib or 0 for i in ids)
+            return name, Assignment(tuple(ids), tuple(devices[i].uuid for i in ids), whole, "")
         if kind == "mig":
             resource = next(k for k in limits if k.startswith("nvidia.com/mig-"))
             free = ledger.free_mig(resource)
@@ -187,7 +189,9 @@ def first_fit(snapshot: Any, order: list[str], kind: str, pod: dict[str, Any]) -
             ids = ledger.shareable_devices(mib)[:1]
             share = [mib] * len(ids)
         if ids:
-            return name, Assignment(tuple(ids), tuple(devices[i].uuid for i in ids), tuple(share), "")
+            return name, Assignment(
+                tuple(ids), tuple(devices[i].uuid for i in ids), tuple(share), ""
+            )
     return None
 
 
