@@ -29,13 +29,16 @@ Profiles, each on a fresh cache:
   O(nodes) per pod, shown for completeness only.
 
 Figures per profile and fleet size: pods/s over the pods after ``--warmup`` (attempts, placed
-or not, per second of wall time), pods placed / unplaced (by kind), GPUs left fully idle
-(no holder; a MIG GPU counts when none of its MIG devices is held), and stranded VRAM: the free
-memory of GPUs that are partly used but cannot take the smallest shared request of the
-stream (10Gi), so it is memory no pod of this stream could use.
+or not, per second of wall time), nodes the scheduler evaluated per pod (``find_placement``'s
+count; 0 for first-fit, which is no scheduler), pods placed / unplaced (by kind), GPUs left
+fully idle once the stream is through (no holder; a MIG GPU counts when none of its MIG devices
+is held, and those are also given apart), and stranded VRAM: the free memory of shared GPUs that
+are partly used but cannot take the smallest shared request of the stream (10Gi), so memory no
+pod of this stream could use. Pods placed is not a quality figure alone: once the fleet is full
+a strategy that places many small shares instead of whole-GPU pods places more pods.
 
     python benchmarks/gpu_mix.py [--nodes 500,5000] [--pods 3000] [--warmup 500] [--seed 0]
-        [--repeats 1] [--json out.json]
+        [--repeats 1] [--percentage P] [--no-reference] [--json out.json]
 
 Prints a table and the same figures as JSON. Speed is never asserted in tests.
 """
@@ -133,7 +136,7 @@ def mixed_stream(count: int, seed: int, tag: str = "") -> list[tuple[str, dict[s
     return out
 
 
-def _scheduler(strategy: str, fleet: list[Any], seed: int) -> Any:
+def _scheduler(strategy: str, fleet: list[Any], seed: int, percentage: int = 0) -> Any:
     """The shipped scheduler, GPUFit ``strategy`` set, cache filled from ``fleet`` directly."""
     from gpusched.framework import default_config
     from gpusched.framework.config import PluginConfig
@@ -144,7 +147,9 @@ def _scheduler(strategy: str, fleet: list[Any], seed: int) -> Any:
     profile = config.profiles[0].model_copy(
         update={"plugin_config": [PluginConfig(name="GPUFit", args={"strategy": strategy})]}
     )
-    config = config.model_copy(update={"profiles": [profile]})
+    config = config.model_copy(
+        update={"profiles": [profile], "percentage_of_nodes_to_score": percentage}
+    )
     scheduler = Scheduler(Kube(cast(Any, None)), config, rng=random.Random(seed))
     for sim_node in fleet:
         scheduler.cache.add_node(sim_node.node)
@@ -197,7 +202,7 @@ def first_fit(snapshot: Any, order: list[str], kind: str, pod: dict[str, Any]) -
 
 def allocation_quality(snapshot: Any, min_share_mib: int) -> dict[str, Any]:
     """GPUs, fully idle GPUs and stranded VRAM over every node of ``snapshot``. O(GPUs)."""
-    gpus = idle = stranded_mib = partly = 0
+    gpus = idle = mig_idle = stranded_mib = partly = 0
     for info in snapshot.node_infos():
         ledger = info.ledger
         if not ledger.gpu_count:
@@ -206,7 +211,9 @@ def allocation_quality(snapshot: Any, min_share_mib: int) -> dict[str, Any]:
         for device in ledger.devices:
             gpus += 1
             if device.mig_enabled:
-                idle += all(m.holder is None for m in device.mig)
+                untouched = all(m.holder is None for m in device.mig)
+                idle += untouched
+                mig_idle += untouched
                 continue
             if not device.holders:
                 idle += 1
@@ -218,13 +225,19 @@ def allocation_quality(snapshot: Any, min_share_mib: int) -> dict[str, Any]:
     return {
         "gpus": gpus,
         "gpus_fully_idle": idle,
+        "mig_gpus_fully_idle": mig_idle,
         "gpus_shared_partly_used": partly,
         "stranded_vram_gib": round(stranded_mib / 1024, 1),
     }
 
 
 def run_profile(
-    profile: str, fleet: list[Any], stream: list[tuple[str, dict[str, Any]]], warmup: int, seed: int
+    profile: str,
+    fleet: list[Any],
+    stream: list[tuple[str, dict[str, Any]]],
+    warmup: int,
+    seed: int,
+    percentage: int = 0,
 ) -> dict[str, Any]:
     """Place ``stream`` on a fresh cache with ``profile``; throughput after ``warmup`` pods
     and the allocation quality once the stream is through."""
@@ -234,7 +247,7 @@ def run_profile(
     gc.unfreeze()
     gc.collect()
     strategy = "binpack" if profile == "first-fit" else profile
-    scheduler = _scheduler(strategy, fleet, seed)
+    scheduler = _scheduler(strategy, fleet, seed, percentage)
     fw = scheduler.frameworks["gpusched"]
     cache, snapshot, rng = scheduler.cache, scheduler.snapshot, scheduler.rng
     order = [n.name for n in fleet]
@@ -242,10 +255,12 @@ def run_profile(
     gc.freeze()
     placed: Counter[str] = Counter()
     unplaced: Counter[str] = Counter()
+    evaluated = 0
     started = time.perf_counter()
     for i, (kind, pod) in enumerate(stream):
         if i == warmup:
             started = time.perf_counter()
+            evaluated = 0
         cache.update_snapshot(snapshot)
         if profile == "first-fit":
             found = first_fit(snapshot, order, kind, pod)
@@ -260,6 +275,7 @@ def run_profile(
         # --- Scheduler.schedule_one minus the queue and the API, as scheduler_perf drives it
         state = CycleState(record_plugin_metrics=rng.random() < 0.1)
         result = scheduler.find_placement(fw, state, pod)
+        evaluated += result.evaluated
         if result.node is None:
             unplaced[kind] += 1
             continue
@@ -278,6 +294,7 @@ def run_profile(
         "profile": profile,
         "pods": len(stream),
         "pods_per_s": timed / elapsed if timed and elapsed > 0 else 0.0,
+        "nodes_evaluated_per_pod": evaluated / timed if timed else 0.0,
         "pods_placed": sum(placed.values()),
         "pods_unplaced": sum(unplaced.values()),
         "placed_by_kind": dict(sorted(placed.items())),
@@ -318,6 +335,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "warmup": args.warmup,
             "seed": args.seed,
             "repeats": args.repeats,
+            "percentage_of_nodes_to_score": args.percentage,
         },
         "runs": [],
     }
@@ -330,7 +348,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                 fresh = [(k, json.loads(json.dumps(p))) for k, p in stream]
                 for _, p in fresh:
                     p["metadata"]["uid"] += f"-{profile}-{r}"
-                samples.append(run_profile(profile, fleet, fresh, args.warmup, args.seed + r))
+                samples.append(
+                    run_profile(profile, fleet, fresh, args.warmup, args.seed + r, args.percentage)
+                )
             row = dict(samples[-1])
             row["pods_per_s"] = statistics.median(s["pods_per_s"] for s in samples)
             row["pods_per_s_all"] = [s["pods_per_s"] for s in samples]
@@ -370,13 +390,14 @@ def print_table(figures: dict[str, Any]) -> None:
     print("Mixed workload in memory: throughput and allocation quality per strategy")
     print(
         f"{'nodes':>6} {'profile':10} {'pods/s':>8} {'placed':>7} {'unplaced':>8} "
-        f"{'GPUs':>6} {'idle GPUs':>9} {'stranded GiB':>12}"
+        f"{'GPUs':>6} {'idle GPUs':>9} {'of them MIG':>11} {'stranded GiB':>12} {'evaluated':>9}"
     )
     for r in figures["runs"]:
         print(
             f"{r['nodes']:>6} {r['profile']:10} {r['pods_per_s']:>8,.0f} {r['pods_placed']:>7} "
             f"{r['pods_unplaced']:>8} {r['gpus']:>6} {r['gpus_fully_idle']:>9} "
-            f"{r['stranded_vram_gib']:>12,.1f}"
+            f"{r['mig_gpus_fully_idle']:>11} {r['stranded_vram_gib']:>12,.1f} "
+            f"{r['nodes_evaluated_per_pod']:>9,.0f}"
         )
     for ref in figures.get("whole_gpu_reference", []):
         print(f"{ref['nodes']:>6} whole-GPU reference (dgx-h100, 1 GPU): {ref['pods_per_s']:,.0f}")
@@ -396,6 +417,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=500, help="leading pods not timed")
     parser.add_argument("--seed", type=int, default=0, help="the stream's seed")
     parser.add_argument("--repeats", type=int, default=1, help="runs per profile (median)")
+    parser.add_argument(
+        "--percentage",
+        type=int,
+        default=0,
+        help="percentageOfNodesToScore for binpack and spread (default 0: adaptive, as shipped)",
+    )
     parser.add_argument("--ref-pods", type=int, default=2000, help="whole-GPU reference pods")
     parser.add_argument("--ref-warmup", type=int, default=1000, help="its warm-up pods")
     parser.add_argument("--no-reference", action="store_true", help="skip the whole-GPU run")

@@ -48,6 +48,8 @@ RUN_FIELDS = [
     ("unplaced_by_kind", dict),
     ("gpus", int),
     ("gpus_fully_idle", int),
+    ("mig_gpus_fully_idle", int),
+    ("nodes_evaluated_per_pod", float),
     ("gpus_shared_partly_used", int),
     ("stranded_vram_gib", float),
 ]
