@@ -20,6 +20,10 @@ Profiles, each on a fresh cache:
   ``scheduler_perf._inmem_once`` drives it (snapshot, ``find_placement``, Reserve, assume,
   Permit, ``finish_binding``), so GPUs fill up as in a real run. A pod that fits nowhere is
   counted unplaced and the stream goes on (a real queue would park it).
+- **binpack-most-allocated**: binpack with NodeResourcesFit's ``scoringStrategy:
+  MostAllocated`` too. As shipped, NodeResourcesFit scores ``LeastAllocated`` (upstream's
+  default: it spreads pods over nodes by cpu and memory), which pulls against GPUFit's
+  binpack; this is the configuration a cluster that wants packing would deploy.
 - **first-fit**, the baseline: a *plain loop over the device ledgers*, not a scheduler
   profile: the first node in fleet order whose ledger can take the pod, and there the lowest
   device indices (shared: the lowest indices ``NodeLedger.shareable_devices`` lists; MIG: the
@@ -77,7 +81,7 @@ __all__ = [
     "run_profile",
 ]
 
-PROFILES = ("binpack", "spread", "first-fit")
+PROFILES = ("binpack", "binpack-most-allocated", "spread", "first-fit")
 TARGET_INMEM = 2000
 SHARED_GIB = (10, 20, 30, 40)
 MIN_SHARED_GIB = min(SHARED_GIB)
@@ -136,17 +140,22 @@ def mixed_stream(count: int, seed: int, tag: str = "") -> list[tuple[str, dict[s
     return out
 
 
-def _scheduler(strategy: str, fleet: list[Any], seed: int, percentage: int = 0) -> Any:
-    """The shipped scheduler, GPUFit ``strategy`` set, cache filled from ``fleet`` directly."""
+def _scheduler(
+    strategy: str, fleet: list[Any], seed: int, percentage: int = 0, most_allocated: bool = False
+) -> Any:
+    """The shipped scheduler, GPUFit ``strategy`` set (and NodeResourcesFit's
+    ``MostAllocated`` when asked), cache filled from ``fleet`` directly."""
     from gpusched.framework import default_config
     from gpusched.framework.config import PluginConfig
     from gpusched.kube.client import Kube
     from gpusched.scheduler import Scheduler
 
     config = default_config()
-    profile = config.profiles[0].model_copy(
-        update={"plugin_config": [PluginConfig(name="GPUFit", args={"strategy": strategy})]}
-    )
+    plugin_config = [PluginConfig(name="GPUFit", args={"strategy": strategy})]
+    if most_allocated:
+        args = {"scoringStrategy": {"type": "MostAllocated"}}
+        plugin_config.append(PluginConfig(name="NodeResourcesFit", args=args))
+    profile = config.profiles[0].model_copy(update={"plugin_config": plugin_config})
     config = config.model_copy(
         update={"profiles": [profile], "percentage_of_nodes_to_score": percentage}
     )
@@ -246,8 +255,9 @@ def run_profile(
 
     gc.unfreeze()
     gc.collect()
-    strategy = "binpack" if profile == "first-fit" else profile
-    scheduler = _scheduler(strategy, fleet, seed, percentage)
+    strategy = "spread" if profile == "spread" else "binpack"
+    most = profile == "binpack-most-allocated"
+    scheduler = _scheduler(strategy, fleet, seed, percentage, most)
     fw = scheduler.frameworks["gpusched"]
     cache, snapshot, rng = scheduler.cache, scheduler.snapshot, scheduler.rng
     order = [n.name for n in fleet]
@@ -374,6 +384,7 @@ def _goals(figures: dict[str, Any]) -> dict[str, Any]:
     n = max(r["nodes"] for r in runs)
     by = {r["profile"]: r for r in runs if r["nodes"] == n}
     slowest = min(by[p]["pods_per_s"] for p in ("binpack", "spread"))
+    packed = by["binpack-most-allocated"]["gpus_fully_idle"]
     return {
         "nodes": n,
         "inmem_pods_per_s_min_strategy": slowest,
@@ -383,18 +394,22 @@ def _goals(figures: dict[str, Any]) -> dict[str, Any]:
         "binpack_more_idle_than_first_fit": (
             by["binpack"]["gpus_fully_idle"] > by["first-fit"]["gpus_fully_idle"]
         ),
+        "binpack_most_allocated_idle_gpus": packed,
+        "binpack_most_allocated_more_idle_than_first_fit": (
+            packed > by["first-fit"]["gpus_fully_idle"]
+        ),
     }
 
 
 def print_table(figures: dict[str, Any]) -> None:
     print("Mixed workload in memory: throughput and allocation quality per strategy")
     print(
-        f"{'nodes':>6} {'profile':10} {'pods/s':>8} {'placed':>7} {'unplaced':>8} "
+        f"{'nodes':>6} {'profile':22} {'pods/s':>8} {'placed':>7} {'unplaced':>8} "
         f"{'GPUs':>6} {'idle GPUs':>9} {'of them MIG':>11} {'stranded GiB':>12} {'evaluated':>9}"
     )
     for r in figures["runs"]:
         print(
-            f"{r['nodes']:>6} {r['profile']:10} {r['pods_per_s']:>8,.0f} {r['pods_placed']:>7} "
+            f"{r['nodes']:>6} {r['profile']:22} {r['pods_per_s']:>8,.0f} {r['pods_placed']:>7} "
             f"{r['pods_unplaced']:>8} {r['gpus']:>6} {r['gpus_fully_idle']:>9} "
             f"{r['mig_gpus_fully_idle']:>11} {r['stranded_vram_gib']:>12,.1f} "
             f"{r['nodes_evaluated_per_pod']:>9,.0f}"

@@ -57,7 +57,12 @@ RUN_FIELDS = [
 
 @pytest.mark.parametrize(("field", "kind"), RUN_FIELDS)
 def test_every_run_has_the_field(figures: dict[str, Any], field: str, kind: type) -> None:
-    assert [r["profile"] for r in figures["runs"]] == ["binpack", "spread", "first-fit"]
+    assert [r["profile"] for r in figures["runs"]] == [
+        "binpack",
+        "binpack-most-allocated",
+        "spread",
+        "first-fit",
+    ]
     for run in figures["runs"]:
         assert isinstance(run[field], kind), (run["profile"], field, run[field])
 
