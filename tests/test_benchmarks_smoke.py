@@ -1,0 +1,102 @@
+"""Smoke test of benchmarks/gpu_mix.py: a tiny run writes every field the README's table reads.
+
+No timing is asserted (speed lives in benchmarks/README.md); only the shape of the JSON, that
+the stream is reproducible and that every pod is accounted for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_mix.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_mix", BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("gpu_mix") / "out.json"
+    argv = ["--nodes", "20", "--pods", "60", "--warmup", "10", "--ref-pods", "40"]
+    argv += ["--ref-warmup", "10", "--json", str(out)]
+    _load().main(argv)
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+RUN_FIELDS = [
+    ("nodes", int),
+    ("profile", str),
+    ("pods", int),
+    ("pods_per_s", float),
+    ("pods_placed", int),
+    ("pods_unplaced", int),
+    ("placed_by_kind", dict),
+    ("unplaced_by_kind", dict),
+    ("gpus", int),
+    ("gpus_fully_idle", int),
+    ("mig_gpus_fully_idle", int),
+    ("nodes_evaluated_per_pod", float),
+    ("gpus_shared_partly_used", int),
+    ("stranded_vram_gib", float),
+]
+
+
+@pytest.mark.parametrize(("field", "kind"), RUN_FIELDS)
+def test_every_run_has_the_field(figures: dict[str, Any], field: str, kind: type) -> None:
+    assert [r["profile"] for r in figures["runs"]] == [
+        "binpack",
+        "binpack-most-allocated",
+        "spread",
+        "first-fit",
+    ]
+    for run in figures["runs"]:
+        assert isinstance(run[field], kind), (run["profile"], field, run[field])
+
+
+@pytest.mark.parametrize(
+    ("section", "fields"),
+    [
+        ("machine", ["cpus", "python"]),
+        ("workload", ["cluster", "mix", "pods", "warmup", "seed"]),
+        ("goals", ["inmem_target_met", "binpack_more_idle_than_first_fit", "nodes"]),
+    ],
+)
+def test_sections(figures: dict[str, Any], section: str, fields: list[str]) -> None:
+    assert set(fields) <= set(figures[section])
+
+
+def test_whole_gpu_reference_is_measured(figures: dict[str, Any]) -> None:
+    (ref,) = figures["whole_gpu_reference"]
+    assert ref["nodes"] == 20
+    assert ref["pods_per_s"] > 0
+
+
+def test_every_pod_is_placed_or_counted_unplaced(figures: dict[str, Any]) -> None:
+    for run in figures["runs"]:
+        assert run["pods_placed"] + run["pods_unplaced"] == run["pods"] == 60
+        assert sum(run["placed_by_kind"].values()) == run["pods_placed"]
+        assert 0 <= run["gpus_fully_idle"] <= run["gpus"]
+
+
+def test_stream_is_reproducible_and_mixed() -> None:
+    mod = _load()
+    a = mod.mixed_stream(400, seed=3)
+    b = mod.mixed_stream(400, seed=3)
+    assert a == b
+    kinds = Counter(kind for kind, _ in a)
+    assert set(kinds) == {"shared", "exclusive", "whole", "mig"}
+    assert kinds["shared"] > kinds["whole"] > kinds["exclusive"]
