@@ -24,6 +24,11 @@ Layout::
 Each reservation records the pod (key and uid), GPU indices, VRAM per GPU, exclusivity, the
 writing replica, and when it was written and expires (the writer's clock).
 
+What a write checks: exclusivity both ways (``devices_free``), and for a share (a VRAM slice
+of a GPU) that the GPU's VRAM and client limit hold with every replica's shares counted, each
+pod once: from the Lease while its bind is in flight, from the writer's cache once it is
+bound (``shares_fit``; the scheduler passes it as ``reserve``'s ``validate``).
+
 Lifecycle of a reservation
 --------------------------
 - written by ``ReservationWriter.reserve`` in the binding cycle, before the Binding;
