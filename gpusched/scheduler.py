@@ -431,13 +431,14 @@ class Scheduler:
 
     def _shared_gpu(self, node: str, index: int) -> SharedGPU | None:
         """GPU ``index`` of ``node`` as this replica's cache has it, for the Lease's share
-        check (``shares_fit``); ``None`` when the cache does not know its memory. Reads the
+        check (``shares_fit``); ``None`` when the cache does not know its memory or the GPU is
+        in MIG mode (its instances are never shared: no VRAM or clients to add up). Reads the
         cache's own node info, never mutating it. O(1): the holders are not copied."""
         info = self.cache.node_info(node)
         if info is None or not 0 <= index < len(info.ledger.devices):
             return None
         device = info.ledger.devices[index]
-        if device.memory_mib is None:
+        if device.memory_mib is None or device.mig_enabled:
             return None
         policy = device.policy
         return SharedGPU(
