@@ -292,6 +292,15 @@ class ReservationBook:
         # Unbound, or absent and maybe created since the list: only once expired.
         return r.expires + self.max_clock_skew < self.clock.now().timestamp()
 
+    def unbound(self, r: Reservation) -> bool:
+        """Whether the informer does not show ``r``'s pod bound (its bind is in flight, or its
+        pod is unknown yet): the Lease's share check (``gpusched.reservations.shares_fit``)
+        counts such an entry itself; a bound pod is in the cache already. O(1)."""
+        pod = self.pod_named(r.pod)
+        if pod is None or pod["metadata"].get("uid") != r.pod_uid:
+            return True
+        return not (pod.get("spec") or {}).get("nodeName")
+
     def _superseded(self, r: Reservation) -> bool:
         """Its pod is bound with another reservation."""
         pod = self.pod_named(r.pod)

@@ -24,6 +24,11 @@ Layout::
 Each reservation records the pod (key and uid), GPU indices, VRAM per GPU, exclusivity, the
 writing replica, and when it was written and expires (the writer's clock).
 
+What a write checks: exclusivity both ways (``devices_free``), and for a share (a VRAM slice
+of a GPU) that the GPU's VRAM and client limit hold with every replica's shares counted, each
+pod once: from the Lease while its bind is in flight, from the writer's cache once it is
+bound (``shares_fit``; the scheduler passes it as ``reserve``'s ``validate``).
+
 Lifecycle of a reservation
 --------------------------
 - written by ``ReservationWriter.reserve`` in the binding cycle, before the Binding;
@@ -68,7 +73,10 @@ __all__ = [
     "Reservation",
     "ReservationConflict",
     "ReservationWriter",
+    "SharedGPU",
+    "devices_free",
     "lease_name",
+    "shares_fit",
 ]
 
 log = logging.getLogger(__name__)
@@ -218,8 +226,7 @@ def devices_free(reservation: Reservation) -> Validate:
     """Exclusivity both ways: an exclusive reservation (whole GPUs) needs GPUs no other
     reservation holds in any way; a non-exclusive one (a VRAM share, a MIG device) needs GPUs
     no other reservation holds exclusively. Several shares of one GPU do not conflict here:
-    their VRAM and client counts are not checked across replicas by the Lease yet (each
-    replica's own cache checks them; two replicas prefer disjoint nodes, gpusched.replicas)."""
+    their VRAM and client counts are ``shares_fit``'s."""
 
     def check(lease: NodeLease) -> None:
         wanted = set(reservation.gpu_ids)
@@ -237,6 +244,91 @@ def devices_free(reservation: Reservation) -> Validate:
             raise ReservationConflict(
                 f"GPU(s) {sorted(taken)} on node {lease.node} are reserved for another pod"
             )
+
+    return check
+
+
+@dataclass(frozen=True, slots=True)
+class SharedGPU:
+    """One GPU as the writing replica's cache has it, for ``shares_fit``: what its shares may
+    add up to (``capacity_mib``: memory x the node policy's VRAM overcommit percent), how many
+    may hold it (``max_clients``), and its holders in the cache (cache key -> MiB reserved)."""
+
+    capacity_mib: int
+    max_clients: int
+    holders: Mapping[str, int]
+
+
+SharedGPULookup = Callable[[str, int], SharedGPU | None]
+"""``(node, GPU index)`` -> the GPU as the cache has it, or ``None`` (unknown node or GPU,
+unknown memory): then ``shares_fit`` checks nothing more than ``devices_free``."""
+
+
+def shares_fit(
+    reservation: Reservation,
+    gpu: SharedGPULookup,
+    unbound: Callable[[Reservation], bool],
+    phantom_prefix: str = "reservation/",
+) -> Validate:
+    """``devices_free``, and for a share (``exclusive`` false) that every GPU it takes stays
+    within its VRAM capacity and client limit once the Lease's other shares are counted.
+
+    Two replicas each check shares against their own cache, so together they could give one
+    GPU more VRAM or clients than it has: the Lease is the only state both see, and a share
+    entry does not conflict with another as an exclusive one does. So, per GPU of the share,
+    the shares counted are
+    - the Lease's non-exclusive entries whose pod the informer does not show bound
+      (``unbound``: another replica's binds in flight, and this replica's own), one per pod
+      (two replicas racing for one pod each write an entry; the pod binds once), at the
+      largest VRAM its entries name on that GPU, and the new one;
+    - the cache's holders of the GPU (bound pods, and this replica's assumed pods not yet in
+      the Lease) but those counted from the Lease already: the pods of those entries, the
+      new one's pod, and phantoms (cache keys starting with ``phantom_prefix``, another
+      replica's reservations as the cache books them: the entries themselves are counted).
+    A bound pod's entry stays in the Lease while it runs, but its pod is in the cache: it is
+    counted there, once. Exclusive reservations (whole GPUs) are checked by ``devices_free``
+    alone, as before. O(entries in the Lease + holders of the share's GPUs).
+    """
+    free = devices_free(reservation)
+    if reservation.exclusive:
+        return free
+
+    def check(lease: NodeLease) -> None:
+        free(lease)
+        for position, index in enumerate(reservation.gpu_ids):
+            state = gpu(lease.node, index)
+            if state is None:
+                continue
+            pending: dict[str, int] = {}  # pod uid -> MiB, the Lease's unbound shares of it
+            for uid, r in lease.reservations.items():
+                if uid == reservation.uid or r.exclusive or index not in r.gpu_ids:
+                    continue
+                if r.pod_uid == reservation.pod_uid or not unbound(r):
+                    continue
+                mib = r.vram_mib[r.gpu_ids.index(index)] if r.vram_mib else 0
+                pending[r.pod_uid] = max(mib, pending.get(r.pod_uid, 0))
+            cached = {
+                key: mib
+                for key, mib in state.holders.items()
+                if key not in pending
+                and key != reservation.pod_uid
+                and not key.startswith(phantom_prefix)
+            }
+            mine = reservation.vram_mib[position] if reservation.vram_mib else 0
+            vram = sum(cached.values()) + sum(pending.values()) + mine
+            clients = len(cached) + len(pending) + 1
+            if vram > state.capacity_mib:
+                raise ReservationConflict(
+                    f"GPU {index} on node {lease.node} has {state.capacity_mib} MiB for shares "
+                    f"and {vram - mine} MiB of them taken, some by another replica's pods; the "
+                    f"pod asks {mine} MiB and goes back to the queue to be placed again"
+                )
+            if clients > state.max_clients:
+                raise ReservationConflict(
+                    f"GPU {index} on node {lease.node} has its {state.max_clients} clients, "
+                    "some placed by another replica; the pod goes back to the queue to be "
+                    "placed again"
+                )
 
     return check
 

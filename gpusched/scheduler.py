@@ -80,7 +80,7 @@ from gpusched.kube.reflector import Reflector
 from gpusched.metrics import Metrics
 from gpusched.queue import QueueClosed, QueuedPodInfo, SchedulingQueue
 from gpusched.replicas import MEMBER_LABEL, Membership
-from gpusched.reservation_book import ReservationBook
+from gpusched.reservation_book import ReservationBook, phantom_key
 from gpusched.reservations import (
     NODE_LABEL,
     LeaseFormatError,
@@ -88,6 +88,8 @@ from gpusched.reservations import (
     Reservation,
     ReservationConflict,
     ReservationWriter,
+    SharedGPU,
+    shares_fit,
 )
 
 __all__ = ["Scheduler", "SchedulingResult"]
@@ -426,6 +428,22 @@ class Scheduler:
     def leases(self) -> Mapping[str, NodeLease]:
         """The reservation Leases by node, as the informer shows them."""
         return self.book.leases
+
+    def _shared_gpu(self, node: str, index: int) -> SharedGPU | None:
+        """GPU ``index`` of ``node`` as this replica's cache has it, for the Lease's share
+        check (``shares_fit``); ``None`` when the cache does not know its memory or the GPU is
+        in MIG mode (its instances are never shared: no VRAM or clients to add up). Reads the
+        cache's own node info, never mutating it. O(1): the holders are not copied."""
+        info = self.cache.node_info(node)
+        if info is None or not 0 <= index < len(info.ledger.devices):
+            return None
+        device = info.ledger.devices[index]
+        if device.memory_mib is None or device.mig_enabled:
+            return None
+        policy = device.policy
+        return SharedGPU(
+            policy.capacity_mib(device.memory_mib), policy.max_clients_per_gpu, device.holders
+        )
 
     def _counts_reservations_on(self, node: str) -> bool:
         """Whether other replicas' reservations on ``node`` are counted (ReservationBook.counts):
@@ -942,7 +960,14 @@ class Scheduler:
                     progress.reserved = reserved
                     try:
                         await self.reservations.reserve(
-                            node, reserved, known=self.leases.get(node), prunable=self.book.prunable
+                            node,
+                            reserved,
+                            known=self.leases.get(node),
+                            # Shares: within the GPU's VRAM and clients with every replica's.
+                            validate=shares_fit(
+                                reserved, self._shared_gpu, self.book.unbound, phantom_key("")
+                            ),
+                            prunable=self.book.prunable,
                         )
                     finally:
                         self.book.count_conflicts()
