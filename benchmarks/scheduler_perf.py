@@ -57,6 +57,7 @@ import math
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -334,6 +335,12 @@ class SimProcess:
         self.log.close()
 
 
+PY_SPY_ENV = "GPUSCHED_BENCH_PY_SPY"
+"""A directory: each ``SchedulerProcess`` runs under ``py-spy record --idle`` (``pip install
+py-spy``) and writes a speedscope profile ``<tag>.json`` there (wall-clock samples, idle
+included, so a profile is a timeline of where the process was)."""
+
+
 class SchedulerProcess:
     def __init__(
         self,
@@ -346,6 +353,12 @@ class SchedulerProcess:
         self.out = tmp / f"scheduler-{tag}.out"
         self.err = tmp / f"scheduler-{tag}.log"
         cmd = [sys.executable]
+        spy = os.environ.get(PY_SPY_ENV)  # a wall-clock timeline of each scheduler
+        if spy:
+            py_spy = str(Path(sys.executable).parent / "py-spy")
+            out = f"{spy}/{tag}.json"
+            cmd = [py_spy, "record", "--idle", "-r", "250", "-f", "speedscope", "-o", out, "--"]
+            cmd.append(sys.executable)
         if profile_out is not None:
             cmd += ["-m", "cProfile", "-o", str(profile_out)]
         cmd += ["-m", "gpusched", "-v", "scheduler", "--kubeconfig", str(kubeconfig)]
@@ -396,6 +409,10 @@ class SchedulerProcess:
         return out
 
     def stop(self) -> None:
+        if os.environ.get(PY_SPY_ENV):  # py-spy writes its profile on SIGINT, not SIGTERM
+            self.proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(20)
         self.proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(60)

@@ -127,7 +127,7 @@ async def run_workload(
     """Run ``workload`` on a fresh simulated ``spec`` cluster; print progress and a summary.
 
     ``freeze_gc``: ``gc.collect(); gc.freeze()`` once the scheduler's informers have synced, as
-    ``gpusched scheduler`` does (why: ``gpusched.cli._freeze_gc_when_synced``). For the
+    ``gpusched scheduler`` does (why: ``gpusched.cli._gc_around_sync``). For the
     ``gpusched sim run`` command only: it affects the whole process, and what is frozen (the
     simulated API server's objects too, here) stays out of every later collection.
 
