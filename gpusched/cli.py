@@ -273,6 +273,10 @@ async def _wait_for_signal(duration: float) -> None:
         await stop.wait()
 
 
+TELEMETRY_PERIOD = 10.0
+"""Seconds between the simulated GPU telemetry readings of ``sim serve`` (a node agent's)."""
+
+
 async def _serve(args: argparse.Namespace) -> int:
     from gpusched.sim import SimCluster, parse_faults
 
@@ -289,6 +293,7 @@ async def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         kubeconfig_path=args.kubeconfig,
         webhook=not args.no_webhook,
+        telemetry=None if args.no_kubelets else TELEMETRY_PERIOD,
     ) as sim:
         kubeconfig = sim.kubeconfig_path.resolve()
         fleet = "no nodes"

@@ -404,6 +404,8 @@ class Scheduler:
                 self._emit("Node/Update", old, node)  # not for heartbeats
 
     def _on_inventory(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind == "MODIFIED" and old is not None and old.get("spec") == obj.get("spec"):
+            return  # telemetry (status) or metadata only: nothing placement reads changed
         name = obj["metadata"]["name"]
         inventory = None
         if kind != "DELETED":

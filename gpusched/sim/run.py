@@ -137,7 +137,7 @@ async def run_workload(
     """
     clock = RealClock()
     report = RunReport()
-    async with SimCluster(spec, clock=clock, webhook=webhook) as sim:
+    async with SimCluster(spec, clock=clock, webhook=webhook, telemetry=10.0) as sim:
         if sim.webhook is not None:
             print(f"admission webhook at {sim.webhook.url}", file=out, flush=True)
         with contextlib.suppress(APIConflict):  # the webhook's namespace too
