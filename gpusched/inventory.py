@@ -23,6 +23,10 @@ Spec (wire names; all required unless marked optional)::
       pciBusId          e.g. "00000000:18:00.0" (nvmlDeviceGetPciInfo busId)
       numaNode          optional; NUMA node of the GPU's PCIe root
       migEnabled        MIG mode is on (nvmlDeviceGetMigMode current)
+      health            optional, "Healthy" (default) | "Unhealthy", as the device plugin
+                        API's ListAndWatch says it (XID errors, ECC, lost GPU); an unhealthy
+                        GPU and its MIG devices take no new pod, the pods on it keep it
+      healthReason      optional; why, e.g. "XID 79 (GPU has fallen off the bus)"
       migDevices[]      optional, empty unless migEnabled; one per MIG device
         uuid            "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (R470+ format)
         profile         e.g. "1g.10gb", "3g.40gb", "1c.3g.40gb", "1g.10gb+me"
@@ -136,6 +140,7 @@ __all__ = [
     "GPUNodeInventory",
     "GPUNodeInventoryStatus",
     "GPUTelemetry",
+    "Health",
     "InventoryError",
     "LinkType",
     "MIGDevice",
@@ -230,6 +235,7 @@ FrozenList = Annotated[tuple[_T, ...], BeforeValidator(_list_to_tuple)]
 
 Source = Literal["nvml", "simulated"]
 LinkType = Literal["NVLink", "PCIe"]
+Health = Literal["Healthy", "Unhealthy"]
 PCIeLevelName = Literal["PIX", "PXB", "PHB", "NODE", "SYS"]
 PCIE_LEVEL_NAMES: Final[tuple[str, ...]] = ("PIX", "PXB", "PHB", "NODE", "SYS")
 """Same names, best first, as ``gpusched.topology.PCIE_LEVELS`` (a test checks)."""
@@ -294,6 +300,12 @@ class GPUDevice(_Model):
     numa_node: int | None = Field(default=None, ge=0)
     mig_enabled: bool
     mig_devices: FrozenList[MIGDevice] = Field(default=(), max_length=16)
+    health: Health = "Healthy"
+    health_reason: str | None = Field(default=None, max_length=256)
+
+    @property
+    def healthy(self) -> bool:
+        return self.health == "Healthy"
 
     @model_validator(mode="after")
     def _check_mig(self) -> GPUDevice:
@@ -553,8 +565,18 @@ def inventory_to_object(inv: GPUNodeInventory, node_uid: str) -> dict[str, Any]:
                 {"apiVersion": "v1", "kind": "Node", "name": inv.node_name, "uid": node_uid}
             ],
         },
-        "spec": inv.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "spec": _spec_object(inv),
     }
+
+
+def _spec_object(inv: GPUNodeInventory) -> dict[str, Any]:
+    """The wire spec; ``health`` only where a GPU is not healthy (the default), so a healthy
+    fleet's objects are what they were before the field existed."""
+    spec = inv.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for gpu in spec["gpus"]:
+        if gpu.get("health") == "Healthy":
+            del gpu["health"]
+    return spec
 
 
 def inventory_from_object(obj: Mapping[str, Any]) -> GPUNodeInventory:

@@ -113,6 +113,7 @@ __all__ = [
     "NAME",
     "REASON_GPUS_IN_CONFLICT",
     "REASON_GPU_IDS",
+    "REASON_GPU_UNHEALTHY",
     "REASON_INSUFFICIENT_FREE_GPUS",
     "REASON_INSUFFICIENT_GPU_RESOURCE",
     "REASON_INVALID_NODE",
@@ -186,6 +187,9 @@ REASON_GPU_IDS: Final = "node(s) could not give the GPU indices the pod names"
 REASON_MIG_MISSING: Final = "node(s) had no MIG device of the requested profile"
 """UnschedulableAndUnresolvable: the node offers no MIG device of the profile at all."""
 REASON_MIG_BUSY: Final = "node(s) had too few free MIG devices of the requested profile"
+REASON_GPU_UNHEALTHY: Final = "node(s) had too few healthy GPUs free"
+"""Unschedulable: enough GPUs are idle, but some are unhealthy (the node's inventory says
+why); they may recover, and an inventory update re-queues the pod."""
 
 MIG_FALLBACK_APPLIED: Final = "gpusched.io/mig-fallback-applied"
 """Written on the Binding when a MIG pod got a fallback profile: ``"2g.20gb->1g.10gb"``."""
@@ -202,6 +206,7 @@ _SHARE_KIND_REASON: Final = {
     "exclusive": REASON_SHARE_EXCLUSIVE,
     "cores": REASON_SHARE_CORES,
     "starved": REASON_SHARE_CORES,
+    "unhealthy": REASON_GPU_UNHEALTHY,
 }
 """Ledger refusal kinds a pod leaving could clear, and their reasons (the others never clear)."""
 _SHARE_STATUS: Final = {
@@ -210,6 +215,7 @@ _SHARE_STATUS: Final = {
 _SHARE_NEVER: Final = Status.unresolvable(REASON_SHARE_NEVER, plugin=NAME)
 _NODE_CLIENTS: Final = Status.unschedulable(REASON_NODE_CLIENTS, plugin=NAME)
 _NO_IDLE: Final = Status.unschedulable(REASON_NO_IDLE_GPU, plugin=NAME)
+_UNHEALTHY: Final = Status.unschedulable(REASON_GPU_UNHEALTHY, plugin=NAME)
 _IDS_BUSY: Final = Status.unschedulable(REASON_GPU_IDS, plugin=NAME)
 _IDS_MISSING: Final = Status.unresolvable(REASON_GPU_IDS, plugin=NAME)
 _MIG_MISSING: Final = Status.unresolvable(REASON_MIG_MISSING, plugin=NAME)
@@ -555,7 +561,9 @@ class GPUFit(
             return _TOO_FEW
         ledger = node_info.ledger
         if ledger.free_gpu_count < n:
-            return _TOO_FEW if _whole_gpus(ledger) < n else _NO_FREE
+            if _whole_gpus(ledger) < n:
+                return _TOO_FEW
+            return _UNHEALTHY if _idle_if_healthy(ledger) >= n else _NO_FREE
         if advertised - node_info.requested.scalar.get(RESOURCE_GPU, 0) < n:
             return _NO_RESOURCE
         if node_info.unplaced:
@@ -1010,6 +1018,11 @@ def _could_hold(device: Any, mib: int, swap: bool) -> bool:
     if device.mig_enabled or memory is None or not device.policy.allow_shared:
         return False
     return bool(mib <= device.policy.capacity_mib(memory) and (swap or mib <= memory))
+
+
+def _idle_if_healthy(ledger: NodeLedger) -> int:
+    """GPUs with MIG off and no holder, healthy or not. O(GPUs)."""
+    return sum(1 for d in ledger.devices if not d.mig_enabled and not d.holders)
 
 
 def _whole_gpus(ledger: NodeLedger) -> int:

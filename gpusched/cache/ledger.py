@@ -70,7 +70,9 @@ Invariants (:meth:`NodeLedger._check`, called after every step of the stress tes
   recount from the claims), and the node has at most ``max_clients_per_node`` shared pods;
 - a shared holder never sits on an exclusive or a MIG-enabled device;
 - every booking belongs to exactly one claim and every claim's entries are booked;
-  ``free_gpu_count`` equals the GPUs with MIG off and no holder.
+  ``free_gpu_count`` equals the healthy GPUs with MIG off and no holder.
+- an *unhealthy* GPU (its inventory says so) takes no new claim, and none of its MIG devices
+  does; a bound pod that holds it keeps it (``enforce_limits=False``: it runs there).
 
 Costs: ``allocate``/``release``/``assignment_of`` are O(devices in the claim);
 ``free_gpu_count``, ``can_fit(n)`` for whole GPUs and ``device_load`` O(1); ``free_gpus``,
@@ -212,6 +214,7 @@ class GPUDevice:
         "policy",
         "product",
         "reserved_mib",
+        "unhealthy",
         "uuid",
     )
 
@@ -225,8 +228,12 @@ class GPUDevice:
         mig_enabled: bool = False,
         mig: Sequence[MIGInstance] = (),
         policy: SharingPolicy = DEFAULT_POLICY,
+        unhealthy: str | None = None,
     ) -> None:
         self.index = index
+        self.unhealthy = unhealthy
+        """Why the GPU is unhealthy (its inventory says so), else ``None``: it and its MIG
+        devices take no new holder; the holders it has keep it."""
         self.uuid = uuid
         self.product = product
         self.memory_mib = memory_mib
@@ -242,8 +249,8 @@ class GPUDevice:
 
     @property
     def free(self) -> bool:
-        """Whether the device can be taken whole: MIG off and no holder."""
-        return not self.mig_enabled and not self.holders
+        """Whether the device can be taken whole: healthy, MIG off and no holder."""
+        return not self.mig_enabled and not self.holders and self.unhealthy is None
 
     def _clone(self) -> GPUDevice:
         clone = GPUDevice.__new__(GPUDevice)
@@ -252,6 +259,7 @@ class GPUDevice:
         clone.product = self.product
         clone.memory_mib = self.memory_mib
         clone.mig_enabled = self.mig_enabled
+        clone.unhealthy = self.unhealthy
         clone.mig = tuple(m._clone() for m in self.mig) if self.mig else ()
         clone.policy = self.policy
         clone.reserved_mib = self.reserved_mib
@@ -295,6 +303,7 @@ _CAPACITY: Final = 6
 _PHYSICAL: Final = 7
 _CORES: Final = 8
 _STARVED: Final = 9
+_UNHEALTHY: Final = 10
 
 REFUSAL_KINDS: Final = {
     _MIG: "mig",
@@ -306,6 +315,7 @@ REFUSAL_KINDS: Final = {
     _PHYSICAL: "physical",
     _CORES: "cores",
     _STARVED: "starved",
+    _UNHEALTHY: "unhealthy",
 }
 """The words :meth:`NodeLedger.refusal_kind` gives, by refusal code."""
 
@@ -383,6 +393,7 @@ class NodeLedger:
                 mig_enabled=gpu.mig_enabled,
                 mig=[MIGInstance(m.uuid, m.profile, m.memory_mib) for m in gpu.mig_devices],
                 policy=policy,
+                unhealthy=None if gpu.healthy else (gpu.health_reason or "no reason given"),
             )
             for gpu in inventory.gpus
         ]
@@ -415,6 +426,7 @@ class NodeLedger:
         return [
             (d.index, m.uuid)
             for d in self.devices
+            if d.unhealthy is None
             for m in d.mig
             if m.holder is None and m.resource == resource
         ]
@@ -590,6 +602,8 @@ class NodeLedger:
             return _MIG
         if device.exclusive is not None:
             return _EXCLUSIVE
+        if device.unhealthy is not None:
+            return _UNHEALTHY
         memory = device.memory_mib
         if memory is None:
             return _UNKNOWN_MEMORY
@@ -622,6 +636,8 @@ class NodeLedger:
         memory = device.memory_mib or 0
         if code == _NOT_SHARED:
             return f"GPU {i} cannot be shared: its node's policy allows whole GPUs only"
+        if code == _UNHEALTHY:
+            return f"GPU {i} is unhealthy ({device.unhealthy}) and takes no new pod"
         if code == _MIG:
             return (
                 f"GPU {i} is in MIG mode and MIG devices are never shared: ask for a MIG "
@@ -793,6 +809,8 @@ class NodeLedger:
                     raise LedgerError(
                         f"MIG device {uuid} on GPU {index} is held by pod {instance.holder}"
                     )
+                if device.unhealthy is not None and enforce_limits:
+                    raise LedgerError(f"GPU {index} is unhealthy ({device.unhealthy})")
                 seen.add(where)
                 entries.append((index, uuid, instance.memory_mib, where[1]))
                 continue
@@ -806,6 +824,8 @@ class NodeLedger:
             if exclusive:
                 if device.holders:
                     raise LedgerError(f"GPU {index} is held by {self._holders_text(device)}")
+                if device.unhealthy is not None and enforce_limits:
+                    raise LedgerError(f"GPU {index} is unhealthy ({device.unhealthy})")
                 mib = device.memory_mib or 0
             else:
                 share = vram[i]
@@ -827,7 +847,7 @@ class NodeLedger:
                 instance.holder = pod_uid
                 instance.inferred = inferred
                 continue
-            if not device.holders:
+            if device.free:
                 self._free -= 1
             device.holders[pod_uid] = mib
             device.reserved_mib += mib
@@ -905,7 +925,7 @@ class NodeLedger:
                 if not claim.swap:
                     device.pinned_mib -= mib
                 device.cores_used -= claim.cores
-            if not device.holders:
+            if device.free:
                 self._free += 1
         if not claim.exclusive:
             self._shared -= 1

@@ -274,3 +274,48 @@ def test_check_catches_corruption() -> None:
     led.devices[0].reserved_mib += 1
     with pytest.raises(AssertionError):
         led._check()
+
+
+def _unhealthy(inventory: Any, *indices: int) -> Any:
+    gpus = list(inventory.gpus)
+    for i in indices:
+        gpus[i] = gpus[i].model_copy(
+            update={"health": "Unhealthy", "health_reason": "XID 79 (GPU has fallen off the bus)"}
+        )
+    return inventory.model_copy(update={"gpus": tuple(gpus)})
+
+
+def test_an_unhealthy_gpu_takes_no_new_pod_and_keeps_its_holders() -> None:
+    led = NodeLedger.from_inventory(_unhealthy(make_inventory("n", 4), 1))
+    assert led.free_gpu_count == 3
+    assert led.free_gpus() == [0, 2, 3]
+    assert 1 not in led.shareable_devices(10_000)
+    assert led.refusals(10_000)[1] == (
+        "GPU 1 is unhealthy (XID 79 (GPU has fallen off the bus)) and takes no new pod"
+    )
+    with pytest.raises(LedgerError, match="GPU 1 is unhealthy"):
+        led.allocate("new", [1])
+    with pytest.raises(LedgerError, match="GPU 1 is unhealthy"):
+        led.allocate("share", [1], 10_000, exclusive=False)
+    # A pod already bound there (the cache books bound pods with enforce_limits=False) keeps it,
+    # and the free count stays right as it comes and goes.
+    led.allocate("bound", [1], enforce_limits=False)
+    led.allocate("bound-share", [2], 10_000, exclusive=False, enforce_limits=False)
+    led._check()
+    assert led.free_gpu_count == 2
+    led.release("bound")
+    led.release("bound-share")
+    led._check()
+    assert led.free_gpu_count == 3
+
+
+def test_the_mig_devices_of_an_unhealthy_gpu_are_not_free() -> None:
+    inventory = make_inventory("n", 2, mig={1: [("1g.10gb", 9984), ("1g.10gb", 9984)]})
+    led = NodeLedger.from_inventory(_unhealthy(inventory, 1))
+    assert led.free_mig("nvidia.com/mig-1g.10gb") == []
+    assert not led.can_fit(mig={"nvidia.com/mig-1g.10gb": 1})
+    uuid = led.devices[1].mig[0].uuid
+    with pytest.raises(LedgerError, match="GPU 1 is unhealthy"):
+        led.allocate("new", [1], uuids=[uuid])
+    led.allocate("bound", [1], uuids=[uuid], enforce_limits=False)
+    led._check()
