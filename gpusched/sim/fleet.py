@@ -13,7 +13,9 @@ plugins would register: the NVIDIA device plugin's ``nvidia.com/gpu`` and MIG re
 the gpusched node agent's ``gpusched.io/gpu``, one device per client slot of every GPU with
 MIG off (:data:`SHARED_CLIENTS_PER_GPU` slots per GPU, HAMi's default ``deviceSplitCount``
 design: its plugin registers ``nvidia.com/gpu`` as GPUs x split count), so the kubelet's
-device manager admits at most that many shared clients per node. ``gpusched.io/vram`` is not
+device manager admits at most that many shared clients per node. The agent registers the same
+slots as ``woolyai.com/gpu`` (:data:`RESOURCE_WOOLYAI_GPU`), the resource WoolyAI's pods ask
+for, so that their manifests are admitted unchanged. ``gpusched.io/vram`` is not
 advertised: a device plugin counts devices, not bytes, and a per-GPU byte count cannot be a
 node-wide device count; as HAMi leaves ``nvidia.com/gpumem`` unadvertised, the kubelet then
 drops it from its admission check (``removeMissingExtendedResources``) and VRAM is counted by
@@ -82,6 +84,7 @@ __all__ = [
     "LABEL_POOL",
     "MIG_PROFILES",
     "RESOURCE_SHARED_GPU",
+    "RESOURCE_WOOLYAI_GPU",
     "SHARED_CLIENTS_PER_GPU",
     "TOPOLOGY_PRESETS",
     "ClusterSpec",
@@ -110,6 +113,8 @@ KUBELET_VERSION: Final = "v1.32.0-gpusched-sim"
 RESOURCE_SHARED_GPU: Final = "gpusched.io/gpu"
 """The extended resource a shared-GPU pod asks for; the node agent's device plugin
 advertises GPUs-with-MIG-off x :data:`SHARED_CLIENTS_PER_GPU` of it."""
+RESOURCE_WOOLYAI_GPU: Final = "woolyai.com/gpu"
+"""WoolyAI's shared-GPU resource: advertised like :data:`RESOURCE_SHARED_GPU`, the same slots."""
 SHARED_CLIENTS_PER_GPU: Final = 10
 """Client slots per GPU the node agent advertises: the default limit of clients per GPU
 (HAMi's default split count, issue 10), used when no policy says otherwise."""
@@ -615,7 +620,9 @@ def _node_object(
     if inventory is not None:
         labels.update(node_labels(inventory))
         gpu_resources = node_extended_resources(inventory)
-        gpu_resources[RESOURCE_SHARED_GPU] = str(len(inventory.full_gpus) * SHARED_CLIENTS_PER_GPU)
+        slots = str(len(inventory.full_gpus) * SHARED_CLIENTS_PER_GPU)
+        gpu_resources[RESOURCE_SHARED_GPU] = slots
+        gpu_resources[RESOURCE_WOOLYAI_GPU] = slots
     memory_ki = _bytes(pool.memory) // 1024
     storage = _bytes(pool.ephemeral_storage)
     capacity = {

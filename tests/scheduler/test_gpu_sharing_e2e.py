@@ -149,3 +149,17 @@ async def test_requests_no_node_could_ever_take_are_told_why(bed: Bed) -> None:
             _waiting(pods["mig3g"]) or ""
         )
         assert "gpusched.io/vram" in (_waiting(pods["novram"]) or "")
+
+
+async def test_a_woolyai_manifest_is_admitted_and_placed_unchanged(bed: Bed) -> None:
+    """The seed's minimal WoolyAI pod (``woolyai.com/gpu`` in limits, ``woolyai.com/pod-vram``),
+    only its schedulerName set to gpusched: the nodes advertise ``woolyai.com/gpu`` as the node
+    agent registers it, and the Binding writes the annotations WoolyAI's node side reads."""
+    await bed.add_nodes(1, "dgx-h100")
+    body = _pod(bed, "wooly", {"woolyai.com/gpu": "1"}, **{"woolyai.com/pod-vram": "11Gi"})
+    async with bed.running():
+        await bed.create_pod(body)
+        pods = await bed.pods_until(lambda ps: "wooly" in bound(ps))
+    annotations = _annotations(pods["wooly"])
+    assert annotations["woolyai.com/reserved-vram-mib"] == str(11 * 1024)
+    assert annotations["woolyai.com/gpu-ids"] == annotations["gpusched.io/gpu-ids"]
