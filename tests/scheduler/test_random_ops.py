@@ -201,10 +201,7 @@ class World:
         if pods:
             name = self.rng.choice(sorted(pods))
             body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
-            try:
-                await self.sim.kube.delete(f"{PODS}/{name}", body)
-            except APINotFound:
-                pass
+            await self.sim.kube.delete(f"{PODS}/{name}", body)
 
     async def change_policy(self) -> None:
         spec = {
