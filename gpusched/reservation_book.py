@@ -5,9 +5,12 @@ The Leases (``gpusched.reservations``) hold every replica's reservations. A repl
 counts the GPUs of the pods it sees; a reservation whose pod it does not see bound yet (another
 replica's bind in flight, or one of its own binds whose outcome is unknown) is counted as a
 *phantom*: an assumed pod under a key of its own, ``reservation/<uid>``, so the next cycles see
-those GPUs taken instead of finding out with a 409. A phantom goes when its reservation leaves
-the Lease, when its pod shows up bound (the pod's own booking takes over) or goes away, or
-after the cache's TTL for assumed pods.
+those GPUs taken instead of finding out with a 409. A phantom is booked as what its entry
+reserves: whole GPUs, a share (its VRAM and one client on each GPU, with its swap and compute
+terms: other shares may still join), or MIG devices by UUID; and beyond this replica's limits
+if need be (it holds its GPUs whatever this replica thinks). A phantom goes when its
+reservation leaves the Lease, when its pod shows up bound (the pod's own booking takes over)
+or goes away, or after the cache's TTL for assumed pods.
 
 A reservation is **prunable** (dropped from its Lease by the next write to it, by the release
 of superseded reservations, or by the periodic collector) when it protects nothing:

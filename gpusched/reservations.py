@@ -22,12 +22,16 @@ Layout::
                            leaseDurationSeconds
 
 Each reservation records the pod (key and uid), GPU indices, VRAM per GPU, exclusivity, the
-writing replica, and when it was written and expires (the writer's clock).
+writing replica, and when it was written and expires (the writer's clock); later writers add
+a share's ``swap`` and ``cores`` and the devices' ``uuids``, only when they say something, so
+older readers (which ignore unknown fields) and older entries (read as before) still work.
 
-What a write checks: exclusivity both ways (``devices_free``), and for a share (a VRAM slice
-of a GPU) that the GPU's VRAM and client limit hold with every replica's shares counted, each
-pod once: from the Lease while its bind is in flight, from the writer's cache once it is
-bound (``shares_fit``; the scheduler passes it as ``reserve``'s ``validate``).
+What a write checks: exclusivity both ways, and each MIG device held once (``devices_free``);
+for a share (a VRAM slice of a GPU) every sharing rule of :mod:`gpusched.cache.ledger` (VRAM
+after overcommit, clients per GPU and per node, the no-swap rule, compute) with every
+replica's shares counted, each pod once: from the Lease while its bind is in flight, from the
+writer's cache once it is bound (``shares_fit``; the scheduler passes it as ``reserve``'s
+``validate``).
 
 Lifecycle of a reservation
 --------------------------
