@@ -2,9 +2,11 @@
 each step (issue 10's "Done when": no GPU beyond its VRAM after overcommit, its client limit or
 its exclusivity, and the ledger equal to a recount from the pods).
 
-One replica, its informers listed by the test (no watches), its cycles run by the test until
-the queue has nothing active (``settle``): no scheduling loop, no sleeps; a FakeClock shared
-with the API server moves time for backoff. Pods of every kind gpusched reads (whole GPUs,
+One replica, or two (each serving its own scheduler name, so they place different pods on
+the same GPUs at once and see each other's decisions only through the reservation Leases),
+their informers listed by the test (no watches), their cycles run by the test until no queue
+has anything active (``settle``): no scheduling loop, no sleeps; a FakeClock shared with the
+API server moves time for backoff. Pods of every kind gpusched reads (whole GPUs,
 shares that may or may not swap, dedicated shares, MIG with and without a fallback, HAMi's,
 KAI's and WoolyAI's forms) are created and deleted at random, and now and then the
 ``GPUNodePolicy`` of the shared nodes changes (overcommit, clients per GPU and per node).
@@ -18,13 +20,15 @@ After every step, from the pods as the API server has them (their ``gpusched.io/
   within ``maxClientsPerNode``. A policy that tightens leaves bound pods where they are (they
   run), so a GPU (node) beyond the limits in force is allowed only while every holder on it
   was bound before the last policy change: nothing may join it;
-- the cache's ledger (holders, VRAM, no-swap VRAM, compute, MIG holders) equals that recount,
-  and the cache passes its own invariant checks.
-The seeds are fixed; each takes a few seconds.
+- each replica's ledger (holders, VRAM, no-swap VRAM, compute, MIG holders) equals that
+  recount, and its cache and reservation book pass their own invariant checks.
+With two replicas the Lease's share check (gpusched.reservations ``shares_fit``) is what keeps
+the limits: without it, these seeds overbook GPUs. The seeds are fixed; each run takes 2-4 s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
@@ -97,6 +101,8 @@ SCHEDULER = default_config().profiles[0].scheduler_name
 PODS = resource_path("", "v1", "pods", "default")
 POLICIES = resource_path("gpusched.io", "v1alpha1", "gpunodepolicies")
 STEPS = 250
+NAMES = (SCHEDULER, f"{SCHEDULER}-b")
+"""Each replica serves its own scheduler name, so two place different pods at once."""
 
 # ------------------------------------------------------------------------------ pods
 
@@ -180,7 +186,7 @@ KINDS = {
 @dataclass
 class World:
     sim: SimCluster
-    sched: Scheduler
+    scheds: list[Scheduler]
     clock: FakeClock
     rng: random.Random
     serial: int = 0
@@ -194,6 +200,7 @@ class World:
         limits, annotations = KINDS[kind](self.rng)
         self.serial += 1
         body = _pod(f"{kind}-{self.serial}", limits, annotations)
+        body["spec"]["schedulerName"] = self.rng.choice(NAMES[: len(self.scheds)])
         await self.sim.kube.create(PODS, body)
 
     async def delete(self) -> None:
@@ -236,8 +243,9 @@ class World:
 
     def tick(self) -> None:
         self.clock._t += self.rng.choice((1.0, 5.0, 30.0))
-        self.sched.queue.flush_backoff_completed()
-        self.sched.queue.flush_unschedulable_left_over()
+        for sched in self.scheds:
+            sched.queue.flush_backoff_completed()
+            sched.queue.flush_unschedulable_left_over()
 
     async def pods(self) -> dict[str, dict[str, Any]]:
         listed = await self.sim.kube.get(PODS)
@@ -245,21 +253,28 @@ class World:
 
     async def listen(self) -> None:
         """What the informers would have delivered by now."""
-        for informer in self.sched.informers:
-            if informer.name in ("gpunodepolicies", "reservations", "pods"):
-                await informer.list()
+        for sched in self.scheds:
+            for informer in sched.informers:
+                if informer.name in ("gpunodepolicies", "reservations", "pods"):
+                    await informer.list()
 
     async def settle(self) -> None:
-        """Run every active pod's cycle and binding until none is active."""
+        """Every replica runs the cycles of all its active pods from what it has listed, then
+        their binding cycles run together (two replicas race for the same GPUs, each seeing
+        the other's decisions only through the Lease), then all list again; until no replica
+        has an active pod."""
         await self.listen()
         while True:
-            info = self.sched.queue.pop_nowait()
-            if info is None:
-                break
-            self.sched.schedule_one(info)
-            task = self.sched._binding.get(info.uid)
-            if task is not None:
-                await task
+            binding: list[asyncio.Task[None]] = []
+            for sched in self.scheds:
+                while (info := sched.queue.pop_nowait()) is not None:
+                    sched.schedule_one(info)
+                    task = sched._binding.get(info.uid)
+                    if task is not None:
+                        binding.append(task)
+            if not binding:
+                return
+            await asyncio.gather(*binding)
             await self.listen()
 
 
@@ -281,10 +296,12 @@ class _GPU:
 
 
 async def check(world: World) -> None:
-    """Every GPU within its limits, and the ledger equal to the recount (module docstring)."""
-    sched = world.sched
-    sched.cache._check()
-    assert not sched._binding, "a binding cycle is still running"
+    """Every GPU within its limits, and each replica's ledger equal to the recount (module
+    docstring)."""
+    for sched in world.scheds:
+        sched.cache._check()
+        sched.book._check()
+        assert not sched._binding, "a binding cycle is still running"
     pods = {p["metadata"]["uid"]: p for p in (await world.pods()).values() if _node(p)}
     inventories = {n.name: n.inventory for n in FLEET}
     gpus: dict[tuple[str, int], _GPU] = {}
@@ -350,40 +367,41 @@ async def check(world: World) -> None:
     for node, clients_of in node_clients.items():
         if per_node is not None and node in SHARED_NODES and len(clients_of) > per_node:
             assert set(clients_of) <= world.before_policy, (node, clients_of, per_node)
-    # The ledger is the recount.
-    assert not [uid for uid in pods if sched.cache.is_assumed(uid)]
-    for node_name in (n.name for n in FLEET):
-        info_ = sched.cache.node_info(node_name)
-        assert info_ is not None
-        if node_name in SHARED_NODES and policy:  # the scheduler applies the policy in force
-            applied = info_.ledger.policy
-            assert (
-                applied.vram_percent,
-                applied.max_clients_per_gpu,
-                applied.max_clients_per_node,
-            ) == (
-                policy["vramOvercommitPercent"],
-                policy["maxClientsPerGPU"],
-                policy["maxClientsPerNode"],
-            ), (node_name, applied, policy)
-        for device in info_.ledger.devices:
-            gpu = gpus.get((node_name, device.index))
-            where = f"GPU {device.index} of {node_name}"
-            if device.mig_enabled:
-                held = {m.uuid: m.holder for m in device.mig if m.holder is not None}
-                want = {u: p for u, p in migs.items() if u in {m.uuid for m in device.mig}}
-                assert held == want, (where, held, want)
-                continue
-            if gpu is None or not (gpu.exclusive or gpu.shares):
-                assert not device.holders, (where, device.describe())
-                continue
-            if gpu.exclusive:
-                assert device.exclusive == gpu.exclusive[0], (where, device.describe())
-                continue
-            assert device.exclusive is None, (where, device.describe())
-            assert device.holders == gpu.shares, (where, device.holders, gpu.shares)
-            assert device.pinned_mib == gpu.pinned, (where, device.describe(), gpu)
-            assert device.cores_used == gpu.cores, (where, device.describe(), gpu)
+    # Each replica's ledger is the recount.
+    for sched in world.scheds:
+        assert not [uid for uid in pods if sched.cache.is_assumed(uid)]
+        for node_name in (n.name for n in FLEET):
+            info_ = sched.cache.node_info(node_name)
+            assert info_ is not None
+            if node_name in SHARED_NODES and policy:  # the scheduler applies the policy in force
+                applied = info_.ledger.policy
+                assert (
+                    applied.vram_percent,
+                    applied.max_clients_per_gpu,
+                    applied.max_clients_per_node,
+                ) == (
+                    policy["vramOvercommitPercent"],
+                    policy["maxClientsPerGPU"],
+                    policy["maxClientsPerNode"],
+                ), (node_name, applied, policy)
+            for device in info_.ledger.devices:
+                gpu = gpus.get((node_name, device.index))
+                where = f"GPU {device.index} of {node_name}"
+                if device.mig_enabled:
+                    held = {m.uuid: m.holder for m in device.mig if m.holder is not None}
+                    want = {u: p for u, p in migs.items() if u in {m.uuid for m in device.mig}}
+                    assert held == want, (where, held, want)
+                    continue
+                if gpu is None or not (gpu.exclusive or gpu.shares):
+                    assert not device.holders, (where, device.describe())
+                    continue
+                if gpu.exclusive:
+                    assert device.exclusive == gpu.exclusive[0], (where, device.describe())
+                    continue
+                assert device.exclusive is None, (where, device.describe())
+                assert device.holders == gpu.shares, (where, device.holders, gpu.shares)
+                assert device.pinned_mib == gpu.pinned, (where, device.describe(), gpu)
+                assert device.cores_used == gpu.cores, (where, device.describe(), gpu)
     world.bound_kinds = Counter(p["metadata"]["name"].split("-")[0] for p in pods.values())
 
 
@@ -406,20 +424,30 @@ async def world() -> AsyncIterator[World]:
                 f"/api/v1/nodes/{node}/status",
                 {"status": {"capacity": slots, "allocatable": slots}},
             )
-        sched = Scheduler(
-            Kube(sim.api_client()),
-            default_config(),
-            identity="me",
-            clock=clock,
-            rng=random.Random(0),
-        )
-        for informer in sched.informers:
-            await informer.list()
-        yield World(sim, sched, clock, random.Random(0))
+        scheds = []
+        for i, name in enumerate(NAMES):
+            config = default_config()
+            profile = config.profiles[0].model_copy(update={"scheduler_name": name})
+            config = config.model_copy(update={"profiles": [profile]})
+            sched = Scheduler(
+                Kube(sim.api_client()),
+                config,
+                identity=f"replica-{i}",
+                clock=clock,
+                rng=random.Random(i),
+            )
+            for informer in sched.informers:
+                await informer.list()
+            scheds.append(sched)
+        yield World(sim, scheds, clock, random.Random(0))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_random_operations_keep_every_gpu_within_its_limits(world: World, seed: int) -> None:
+@pytest.mark.parametrize("replicas", [1, 2], ids=["one-replica", "two-replicas"])
+async def test_random_operations_keep_every_gpu_within_its_limits(
+    world: World, replicas: int, seed: int
+) -> None:
+    world.scheds = world.scheds[:replicas]
     world.rng.seed(seed)
     ops = ("create",) * 6 + ("delete",) * 3 + ("tick",) * 2 + ("policy",)
     seen: Counter[str] = Counter()
@@ -439,3 +467,5 @@ async def test_random_operations_keep_every_gpu_within_its_limits(world: World, 
     # Every kind was placed at some point (else the test checks less than it says).
     assert set(seen) >= set(KINDS), seen
     assert world.seen["GPU at its client limit"], world.seen
+    if replicas > 1:  # the replicas raced: some Lease writes lost, and were placed again
+        assert sum(s.reservations.conflicts for s in world.scheds), "no race happened"
