@@ -400,24 +400,19 @@ def test_an_older_writers_entry_reads_as_before() -> None:
 # ------------------------------------------------------------------ phantoms of shares
 
 
-def _book() -> tuple[SchedulerCache, ReservationBook, str]:
+def _book(mig: tuple[str, ...] = ()) -> tuple[SchedulerCache, ReservationBook, str]:
+    gpu: dict[str, Any] = {
+        "product": "NVIDIA H100 80GB HBM3",
+        "memoryMiB": 81920,
+        "count": 2,
+        "topology": "nvswitch",
+    }
+    if mig:
+        gpu["mig"] = list(mig)
     spec = ClusterSpec.model_validate(
         {
             "name": "phantoms",
-            "pools": [
-                {
-                    "name": "n",
-                    "count": 1,
-                    "cpu": 32,
-                    "memory": "128Gi",
-                    "gpu": {
-                        "product": "NVIDIA H100 80GB HBM3",
-                        "memoryMiB": 81920,
-                        "count": 2,
-                        "topology": "nvswitch",
-                    },
-                }
-            ],
+            "pools": [{"name": "n", "count": 1, "cpu": 32, "memory": "128Gi", "gpu": gpu}],
         }
     )
     clock = FakeClock()
@@ -476,3 +471,19 @@ def test_a_phantom_share_beyond_this_replicas_view_is_booked_over_the_limits() -
     assert info.ledger.devices[0].reserved_mib == 90 * GI  # more than 80Gi: it holds, so count it
     assert info.ledger.shareable_devices(GI) == [1]  # GPU 0 takes nothing more until it is back
     cache._check()
+
+
+def test_another_replicas_mig_devices_are_booked_by_uuid() -> None:
+    cache, book, node = _book(mig=("2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"))
+    info = cache.node_info(node)
+    assert info is not None
+    taken = info.ledger.devices[1].mig[2]
+    older = _entry("old", 20 * GI, gpu=0)  # an older writer's MIG entry: no UUIDs
+    book.on_lease("ADDED", _lease(node, _entry("r1", 20 * GI, gpu=1, uuids=(taken.uuid,)), older))
+    assert taken.holder == phantom_key("r1")
+    assert [m.holder for d in info.ledger.devices for m in d.mig].count(None) == 7
+    assert not book.is_phantom("old")  # cannot say which device: the Lease check still holds
+    # Counted under its resource, as the pod's own request would be.
+    assert info.requested.scalar.get(taken.resource) == 1
+    cache._check()
+    book._check()
