@@ -5,9 +5,12 @@ The Leases (``gpusched.reservations``) hold every replica's reservations. A repl
 counts the GPUs of the pods it sees; a reservation whose pod it does not see bound yet (another
 replica's bind in flight, or one of its own binds whose outcome is unknown) is counted as a
 *phantom*: an assumed pod under a key of its own, ``reservation/<uid>``, so the next cycles see
-those GPUs taken instead of finding out with a 409. A phantom goes when its reservation leaves
-the Lease, when its pod shows up bound (the pod's own booking takes over) or goes away, or
-after the cache's TTL for assumed pods.
+those GPUs taken instead of finding out with a 409. A phantom is booked as what its entry
+reserves: whole GPUs, a share (its VRAM and one client on each GPU, with its swap and compute
+terms: other shares may still join), or MIG devices by UUID; and beyond this replica's limits
+if need be (it holds its GPUs whatever this replica thinks). A phantom goes when its
+reservation leaves the Lease, when its pod shows up bound (the pod's own booking takes over)
+or goes away, or after the cache's TTL for assumed pods.
 
 A reservation is **prunable** (dropped from its Lease by the next write to it, by the release
 of superseded reservations, or by the periodic collector) when it protects nothing:
@@ -53,6 +56,8 @@ from gpusched.annotations import RESERVATION_UID, Assignment
 from gpusched.cache import SchedulerCache
 from gpusched.cache.errors import CacheError, LedgerError
 from gpusched.clock import Clock
+from gpusched.gpu_requests.hami import RESOURCE_GPUCORES
+from gpusched.gpu_requests.native import RESOURCE_SHARED_GPU, RESOURCE_VRAM, SWAP_FROM_VRAM
 from gpusched.inventory import RESOURCE_GPU
 from gpusched.kube.errors import APIError
 from gpusched.metrics import Metrics
@@ -218,26 +223,66 @@ class ReservationBook:
         if not ours and (self.cache.get_pod(r.pod_uid) is not None or self.prunable(r)):
             return  # our own bind of it is in flight, or it is bound: counted already
         namespace, _, name = r.pod.partition("/")
+        requests, annotations, uuids = self._phantom_terms(node, r)
         phantom = {
-            "metadata": {"name": name, "namespace": namespace, "uid": phantom_key(r.uid)},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": phantom_key(r.uid),
+                "annotations": annotations,
+            },
             "spec": {
                 "nodeName": node,
                 "containers": [
-                    {
-                        "name": "reserved",
-                        "resources": {"requests": {RESOURCE_GPU: str(len(r.gpu_ids))}},
-                    }
+                    {"name": "reserved", "resources": {"requests": requests, "limits": requests}}
                 ],
             },
         }
         try:
-            self.cache.assume_pod(phantom, node, Assignment(r.gpu_ids, (), r.vram_mib, r.uid))
+            self.cache.assume_pod(
+                phantom,
+                node,
+                Assignment(r.gpu_ids, uuids, r.vram_mib, r.uid),
+                enforce_limits=False,  # it holds its GPUs whatever this replica's view says
+            )
         except (CacheError, LedgerError) as exc:  # the node is not known yet: on_node_added
             log.debug("not counting reservation %s of %s: %s", r.uid, r.pod, exc)
             return
         self.cache.finish_binding(phantom)  # so that the TTL applies
         self._phantoms[r.uid] = r.pod_uid
         self._phantom_pods.setdefault(r.pod_uid, set()).add(r.uid)
+
+    def _phantom_terms(
+        self, node: str, r: Reservation
+    ) -> tuple[dict[str, str], dict[str, str], tuple[str, ...]]:
+        """(resources, annotations, UUIDs) of ``r``'s phantom pod, so that the cache books it
+        as what it reserves: whole GPUs (``nvidia.com/gpu``), a share in gpusched's own form
+        (``gpusched.io/gpu`` with its VRAM, ``swap-from-vram`` and HAMi's ``gpucores``, read by
+        the request readers like any pod's: VRAM and one client on each GPU, never the whole
+        GPU), or MIG devices (their ``nvidia.com/mig-<profile>`` resources, by UUID, from the
+        node's ledger). An entry of an older writer names no UUIDs: on a GPU in MIG mode it
+        cannot be booked (the Lease's exclusivity check still holds). O(devices of ``r``)."""
+        count = str(len(r.gpu_ids))
+        if r.exclusive:
+            return {RESOURCE_GPU: count}, {}, ()
+        if r.mig:
+            info = self.cache.node_info(node)
+            resources: dict[str, int] = {}
+            if info is not None:
+                by_uuid = {m.uuid: m.resource for d in info.ledger.devices for m in d.mig}
+                for uuid in r.uuids:
+                    resource = by_uuid.get(uuid)
+                    if resource is not None:
+                        resources[resource] = resources.get(resource, 0) + 1
+            return {k: str(v) for k, v in resources.items()}, {}, r.uuids
+        requests = {
+            RESOURCE_SHARED_GPU: count,
+            RESOURCE_VRAM: f"{max(r.vram_mib, default=1)}Mi",
+        }
+        if r.cores:
+            requests[RESOURCE_GPUCORES] = str(r.cores)
+        swap = "true" if r.swap is not False else "false"
+        return requests, {SWAP_FROM_VRAM: swap}, r.uuids
 
     def recount(self) -> None:
         """Count the reservations of nodes that ``counts`` now admits (the shares of the live

@@ -22,12 +22,16 @@ Layout::
                            leaseDurationSeconds
 
 Each reservation records the pod (key and uid), GPU indices, VRAM per GPU, exclusivity, the
-writing replica, and when it was written and expires (the writer's clock).
+writing replica, and when it was written and expires (the writer's clock); later writers add
+a share's ``swap`` and ``cores`` and the devices' ``uuids``, only when they say something, so
+older readers (which ignore unknown fields) and older entries (read as before) still work.
 
-What a write checks: exclusivity both ways (``devices_free``), and for a share (a VRAM slice
-of a GPU) that the GPU's VRAM and client limit hold with every replica's shares counted, each
-pod once: from the Lease while its bind is in flight, from the writer's cache once it is
-bound (``shares_fit``; the scheduler passes it as ``reserve``'s ``validate``).
+What a write checks: exclusivity both ways, and each MIG device held once (``devices_free``);
+for a share (a VRAM slice of a GPU) every sharing rule of :mod:`gpusched.cache.ledger` (VRAM
+after overcommit, clients per GPU and per node, the no-swap rule, compute) with every
+replica's shares counted, each pod once: from the Lease while its bind is in flight, from the
+writer's cache once it is bound (``shares_fit``; the scheduler passes it as ``reserve``'s
+``validate``).
 
 Lifecycle of a reservation
 --------------------------
@@ -50,7 +54,7 @@ import asyncio
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -73,7 +77,11 @@ __all__ = [
     "Reservation",
     "ReservationConflict",
     "ReservationWriter",
+    "ShareTerms",
     "SharedGPU",
+    "SharedGPULookup",
+    "SharedNode",
+    "SharedNodeLookup",
     "devices_free",
     "lease_name",
     "shares_fit",
@@ -85,6 +93,7 @@ RESERVATIONS_ANNOTATION = "gpusched.io/reservations"
 NODE_LABEL = "gpusched.io/node"
 LEASE_PREFIX = "gpusched-node-"
 _FORMAT_VERSION = 1
+_MIG_UUID_PREFIX = "MIG-"
 
 
 def lease_name(node: str) -> str:
@@ -113,6 +122,24 @@ class Reservation:
     written: float | None = None
     """When it was written (unix seconds, on the writer's clock); ``None`` for an entry
     written before the field existed. See gpusched.reservation_book on what it decides."""
+    swap: bool | None = None
+    """A share's pod may spill to host memory (``swap-from-vram``); ``None`` for exclusive
+    entries and for shares written before the field existed (counted as today: not pinned)."""
+    cores: int = 0
+    """A share's compute percent per GPU (HAMi's ``gpucores``); 0 when absent."""
+    uuids: tuple[str, ...] = ()
+    """The devices' UUIDs in ``gpu_ids``' order (``MIG-`` ones name MIG devices); empty for
+    entries written before the field existed or GPUs of unknown UUID."""
+
+    @property
+    def mig(self) -> bool:
+        """Whether it holds MIG devices (by their UUIDs; an older entry cannot say)."""
+        return any(u.startswith(_MIG_UUID_PREFIX) for u in self.uuids)
+
+    @property
+    def share(self) -> bool:
+        """A VRAM share (not whole GPUs, not MIG devices as far as its UUIDs tell)."""
+        return not self.exclusive and not self.mig
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -126,6 +153,13 @@ class Reservation:
         }
         if self.written is not None:
             out["written"] = self.written
+        # Added later, written only when they say something: older readers ignore them.
+        if self.swap is not None:
+            out["swap"] = self.swap
+        if self.cores:
+            out["cores"] = self.cores
+        if self.uuids:
+            out["uuids"] = list(self.uuids)
         return out
 
     @classmethod
@@ -134,6 +168,13 @@ class Reservation:
         vram = tuple(int(v) for v in data.get("vramMiB", ()))
         if vram and len(vram) != len(gpus):
             raise ValueError("gpus and vramMiB differ in length")
+        uuids = tuple(str(u) for u in data.get("uuids", ()))
+        if uuids and len(uuids) != len(gpus):
+            raise ValueError("gpus and uuids differ in length")
+        swap = data.get("swap")
+        cores = int(data.get("cores", 0))
+        if not 0 <= cores <= 100:
+            raise ValueError(f"cores {cores} is not 0..100")
         return cls(
             uid=uid,
             pod=str(data["pod"]),
@@ -144,6 +185,9 @@ class Reservation:
             expires=float(data["expires"]),
             holder=str(data.get("holder", "")),
             written=float(data["written"]) if "written" in data else None,
+            swap=None if swap is None else bool(swap),
+            cores=cores,
+            uuids=uuids,
         )
 
 
@@ -225,8 +269,11 @@ OnWrite = Callable[[str, str], None]
 def devices_free(reservation: Reservation) -> Validate:
     """Exclusivity both ways: an exclusive reservation (whole GPUs) needs GPUs no other
     reservation holds in any way; a non-exclusive one (a VRAM share, a MIG device) needs GPUs
-    no other reservation holds exclusively. Several shares of one GPU do not conflict here:
-    their VRAM and client counts are ``shares_fit``'s."""
+    no other reservation holds exclusively. A MIG device (a ``MIG-`` UUID) is held once: no
+    other entry may name its UUID (entries of older writers name none, and are not checked
+    for it). Several shares of one GPU do not conflict here: their VRAM, clients and compute
+    are ``shares_fit``'s."""
+    migs = {u for u in reservation.uuids if u.startswith(_MIG_UUID_PREFIX)}
 
     def check(lease: NodeLease) -> None:
         wanted = set(reservation.gpu_ids)
@@ -244,24 +291,98 @@ def devices_free(reservation: Reservation) -> Validate:
             raise ReservationConflict(
                 f"GPU(s) {sorted(taken)} on node {lease.node} are reserved for another pod"
             )
+        if migs:
+            for uid, r in lease.reservations.items():
+                held = migs.intersection(r.uuids) if uid != reservation.uid else None
+                if held and r.pod_uid != reservation.pod_uid:
+                    raise ReservationConflict(
+                        f"MIG device(s) {sorted(held)} on node {lease.node} are reserved for "
+                        f"pod {r.pod}"
+                    )
 
     return check
+
+
+ShareTerms = Callable[[str], tuple[bool, int] | None]
+"""A holder's cache key -> its share's (swap, cores percent), or ``None`` when it holds no
+share there (counted as swap-capable and taking no compute)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SharedGPU:
     """One GPU as the writing replica's cache has it, for ``shares_fit``: what its shares may
     add up to (``capacity_mib``: memory x the node policy's VRAM overcommit percent), how many
-    may hold it (``max_clients``), and its holders in the cache (cache key -> MiB reserved)."""
+    may hold it (``max_clients``), and its holders in the cache (cache key -> MiB reserved).
+    ``memory_mib`` (physical; ``None``: the no-swap rule is not checked), ``cores_percent``
+    (the compute to share out) and ``terms`` (each holder's swap and cores; ``None``: all
+    swap-capable, no compute shares) give the no-swap and compute rules of
+    :mod:`gpusched.cache.ledger` (rules 3 and 5)."""
 
     capacity_mib: int
     max_clients: int
     holders: Mapping[str, int]
+    memory_mib: int | None = None
+    cores_percent: int = 100
+    terms: ShareTerms | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SharedNode:
+    """A node as the writing replica's cache has it, for ``shares_fit``'s per-node client
+    limit: ``max_clients`` (``maxClientsPerNode``; ``None``: no limit) and the cache keys of
+    the pods holding a share of its GPUs (``clients``)."""
+
+    max_clients: int | None
+    clients: Collection[str]
 
 
 SharedGPULookup = Callable[[str, int], SharedGPU | None]
 """``(node, GPU index)`` -> the GPU as the cache has it, or ``None`` (unknown node or GPU,
-unknown memory): then ``shares_fit`` checks nothing more than ``devices_free``."""
+unknown memory, MIG mode): then ``shares_fit`` checks nothing more than ``devices_free``."""
+SharedNodeLookup = Callable[[str], SharedNode | None]
+"""``node`` -> the node as the cache has it, or ``None`` (unknown): no per-node check."""
+
+
+@dataclass(slots=True)
+class _Counted:
+    """One holder of a GPU as ``shares_fit`` counts it."""
+
+    mib: int
+    swap: bool
+    cores: int
+
+
+def _pending(
+    lease: NodeLease,
+    reservation: Reservation,
+    gpu: SharedGPULookup,
+    unbound: Callable[[Reservation], bool],
+) -> dict[str, dict[int, _Counted]]:
+    """The Lease's shares to count, by pod uid then GPU index: entries of other pods whose
+    bind is in flight (``unbound``) on GPUs that can be shared, each pod once at the largest
+    VRAM, the least swap and the most compute its entries name. An entry without ``swap``
+    (an older writer) counts as swap-capable, as before the field existed."""
+    node = lease.node
+    out: dict[str, dict[int, _Counted]] = {}
+    for uid, r in lease.reservations.items():
+        if uid == reservation.uid or not r.share or r.pod_uid == reservation.pod_uid:
+            continue
+        if not unbound(r):
+            continue
+        for position, index in enumerate(r.gpu_ids):
+            if gpu(node, index) is None:  # MIG mode (an older MIG entry), unknown GPU
+                continue
+            mib = r.vram_mib[position] if r.vram_mib else 0
+            swap = r.swap is not False
+            per = out.setdefault(r.pod_uid, {})
+            seen = per.get(index)
+            if seen is None:
+                per[index] = _Counted(mib, swap, r.cores)
+            else:
+                seen.mib = max(seen.mib, mib)
+                seen.swap = seen.swap and swap
+                seen.cores = max(seen.cores, r.cores)
+    return out
 
 
 def shares_fit(
@@ -269,68 +390,129 @@ def shares_fit(
     gpu: SharedGPULookup,
     unbound: Callable[[Reservation], bool],
     phantom_prefix: str = "reservation/",
+    node: SharedNodeLookup | None = None,
 ) -> Validate:
-    """``devices_free``, and for a share (``exclusive`` false) that every GPU it takes stays
-    within its VRAM capacity and client limit once the Lease's other shares are counted.
+    """``devices_free``, and for a share (``exclusive`` false) that its node and every GPU it
+    takes stay within the sharing rules of :mod:`gpusched.cache.ledger` once the Lease's
+    other shares are counted: VRAM after overcommit and clients per GPU, clients per node
+    (``node``), the no-swap rule (a pod that cannot swap finds its slice in physical memory,
+    the non-swap shares counted together) and compute (cores percent, with HAMi's rule that
+    once the compute is all given every holder has some).
 
     Two replicas each check shares against their own cache, so together they could give one
-    GPU more VRAM or clients than it has: the Lease is the only state both see, and a share
-    entry does not conflict with another as an exclusive one does. So, per GPU of the share,
+    GPU more than it has: the Lease is the only state both see, and a share entry does not
+    conflict with another as an exclusive one does. So, per GPU of the share (and per node),
     the shares counted are
-    - the Lease's non-exclusive entries whose pod the informer does not show bound
-      (``unbound``: another replica's binds in flight, and this replica's own), one per pod
-      (two replicas racing for one pod each write an entry; the pod binds once), at the
-      largest VRAM its entries name on that GPU, and the new one;
+    - the Lease's shares whose pod the informer does not show bound (``unbound``: another
+      replica's binds in flight, and this replica's own), one per pod (two replicas racing
+      for one pod each write an entry; the pod binds once), and the new one;
     - the cache's holders of the GPU (bound pods, and this replica's assumed pods not yet in
       the Lease) but those counted from the Lease already: the pods of those entries, the
       new one's pod, and phantoms (cache keys starting with ``phantom_prefix``, another
       replica's reservations as the cache books them: the entries themselves are counted).
     A bound pod's entry stays in the Lease while it runs, but its pod is in the cache: it is
-    counted there, once. Exclusive reservations (whole GPUs) are checked by ``devices_free``
-    alone, as before. O(entries in the Lease + holders of the share's GPUs).
+    counted there, once. Exclusive reservations (whole GPUs) and MIG devices are checked by
+    ``devices_free`` alone. O(entries in the Lease + holders of the node's GPUs).
     """
     free = devices_free(reservation)
-    if reservation.exclusive:
+    if reservation.exclusive or reservation.mig:
         return free
+    mine_swap = reservation.swap is not False
+    mine_cores = reservation.cores
+
+    def counted_from_cache(key: str, pending: Mapping[str, object]) -> bool:
+        return (
+            key not in pending and key != reservation.pod_uid and not key.startswith(phantom_prefix)
+        )
 
     def check(lease: NodeLease) -> None:
         free(lease)
+        pending = _pending(lease, reservation, gpu, unbound)
+        if node is not None:
+            _node_fits(lease.node, node(lease.node), pending, counted_from_cache)
         for position, index in enumerate(reservation.gpu_ids):
             state = gpu(lease.node, index)
             if state is None:
                 continue
-            pending: dict[str, int] = {}  # pod uid -> MiB, the Lease's unbound shares of it
-            for uid, r in lease.reservations.items():
-                if uid == reservation.uid or r.exclusive or index not in r.gpu_ids:
-                    continue
-                if r.pod_uid == reservation.pod_uid or not unbound(r):
-                    continue
-                mib = r.vram_mib[r.gpu_ids.index(index)] if r.vram_mib else 0
-                pending[r.pod_uid] = max(mib, pending.get(r.pod_uid, 0))
-            cached = {
-                key: mib
+            terms = state.terms or _no_terms
+            held = [
+                _Counted(mib, *(terms(key) or (True, 0)))
                 for key, mib in state.holders.items()
-                if key not in pending
-                and key != reservation.pod_uid
-                and not key.startswith(phantom_prefix)
-            }
+                if counted_from_cache(key, pending)
+            ]
+            held.extend(per[index] for per in pending.values() if index in per)
             mine = reservation.vram_mib[position] if reservation.vram_mib else 0
-            vram = sum(cached.values()) + sum(pending.values()) + mine
-            clients = len(cached) + len(pending) + 1
-            if vram > state.capacity_mib:
-                raise ReservationConflict(
-                    f"GPU {index} on node {lease.node} has {state.capacity_mib} MiB for shares "
-                    f"and {vram - mine} MiB of them taken, some by another replica's pods; the "
-                    f"pod asks {mine} MiB and goes back to the queue to be placed again"
-                )
-            if clients > state.max_clients:
-                raise ReservationConflict(
-                    f"GPU {index} on node {lease.node} has its {state.max_clients} clients, "
-                    "some placed by another replica; the pod goes back to the queue to be "
-                    "placed again"
-                )
+            _gpu_fits(lease.node, index, state, held, mine, mine_swap, mine_cores)
 
     return check
+
+
+def _no_terms(key: str) -> None:
+    return None
+
+
+def _node_fits(
+    name: str,
+    state: SharedNode | None,
+    pending: Mapping[str, Mapping[int, _Counted]],
+    counted_from_cache: Callable[[str, Mapping[str, object]], bool],
+) -> None:
+    if state is None or state.max_clients is None:
+        return
+    clients = sum(1 for key in state.clients if counted_from_cache(key, pending))
+    clients += len(pending) + 1
+    if clients > state.max_clients:
+        raise ReservationConflict(
+            f"node {name} has its {state.max_clients} pods sharing its GPUs "
+            "(maxClientsPerNode), some placed by another replica; the pod goes back to the "
+            "queue to be placed again"
+        )
+
+
+def _gpu_fits(
+    node: str,
+    index: int,
+    state: SharedGPU,
+    held: list[_Counted],
+    mine: int,
+    swap: bool,
+    cores: int,
+) -> None:
+    """The ledger's rules 2-5 on GPU ``index`` with ``held`` and the new share."""
+    where = f"GPU {index} on node {node}"
+    again = "the pod goes back to the queue to be placed again"
+    vram = sum(h.mib for h in held) + mine
+    if vram > state.capacity_mib:
+        raise ReservationConflict(
+            f"{where} has {state.capacity_mib} MiB for shares and {vram - mine} MiB of them "
+            f"taken, some by another replica's pods; the pod asks {mine} MiB and {again}"
+        )
+    if len(held) + 1 > state.max_clients:
+        raise ReservationConflict(
+            f"{where} has its {state.max_clients} clients, some placed by another replica; {again}"
+        )
+    if not swap and state.memory_mib is not None:
+        pinned = sum(h.mib for h in held if not h.swap) + mine
+        if pinned > state.memory_mib:
+            raise ReservationConflict(
+                f"{where} has {state.memory_mib} MiB of memory and {pinned - mine} MiB of it "
+                "promised to pods that cannot swap, some by another replica; the pod asks "
+                f"{mine} MiB and cannot swap to host memory; {again}"
+            )
+    used = sum(h.cores for h in held)
+    if cores or used:
+        after = used + cores
+        total = state.cores_percent
+        if after > total:
+            raise ReservationConflict(
+                f"{where} has {total - used}% of its compute free, some taken by another "
+                f"replica's pods; the pod asks {cores}% and {again}"
+            )
+        if after >= total and (not cores or any(not h.cores for h in held)):
+            raise ReservationConflict(
+                f"{where} would have its compute all given away while a client has none of "
+                f"it, with another replica's pods counted; {again}"
+            )
 
 
 class ReservationWriter:
@@ -419,7 +601,14 @@ class ReservationWriter:
         gpu_ids: Iterable[int],
         vram_mib: Iterable[int],
         exclusive: bool = True,
+        *,
+        swap: bool | None = None,
+        cores: int = 0,
+        uuids: Iterable[str] = (),
     ) -> Reservation:
+        """A reservation written now by this replica. ``swap`` and ``cores``: a share's terms
+        (``shares_fit`` checks the no-swap and compute rules with them); ``uuids``: the
+        devices' UUIDs (a MIG device's makes it held once across replicas)."""
         now = self.now().timestamp()
         return Reservation(
             uid=uid,
@@ -431,6 +620,9 @@ class ReservationWriter:
             expires=now + self.lease_duration,
             holder=self.identity,
             written=now,
+            swap=None if exclusive else swap,
+            cores=0 if exclusive else cores,
+            uuids=tuple(uuids),
         )
 
     async def reserve(

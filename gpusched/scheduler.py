@@ -89,6 +89,7 @@ from gpusched.reservations import (
     ReservationConflict,
     ReservationWriter,
     SharedGPU,
+    SharedNode,
     shares_fit,
 )
 
@@ -447,8 +448,23 @@ class Scheduler:
             return None
         policy = device.policy
         return SharedGPU(
-            policy.capacity_mib(device.memory_mib), policy.max_clients_per_gpu, device.holders
+            policy.capacity_mib(device.memory_mib),
+            policy.max_clients_per_gpu,
+            device.holders,
+            memory_mib=device.memory_mib,
+            cores_percent=policy.cores_percent,
+            terms=info.ledger.share_terms,
         )
+
+    def _shared_node(self, node: str) -> SharedNode | None:
+        """``node`` as this replica's cache has it, for the Lease's per-node client check
+        (``shares_fit``): its ``maxClientsPerNode`` and the pods sharing its GPUs. O(1)
+        without a per-node limit, O(pods holding devices there) with one."""
+        info = self.cache.node_info(node)
+        if info is None:
+            return None
+        limit = info.ledger.policy.max_clients_per_node
+        return SharedNode(limit, info.ledger.shared_pods() if limit is not None else ())
 
     def _counts_reservations_on(self, node: str) -> bool:
         """Whether other replicas' reservations on ``node`` are counted (ReservationBook.counts):
@@ -976,6 +992,8 @@ class Scheduler:
                 )
             async with self._bind_slots:
                 if assignment.gpu_ids:
+                    held = self.cache.node_info(node)
+                    terms = held.ledger.share_terms(info.uid) if held is not None else None
                     reserved = self.reservations.new_reservation(
                         assignment.reservation_uid,
                         _key(pod),
@@ -983,6 +1001,9 @@ class Scheduler:
                         assignment.gpu_ids,
                         assignment.vram_mib,
                         exclusive=not state.get(SHARED_CLAIM),
+                        swap=terms[0] if terms is not None else None,
+                        cores=terms[1] if terms is not None else 0,
+                        uuids=assignment.gpu_uuids,
                     )
                     progress.reserved = reserved
                     try:
@@ -992,7 +1013,11 @@ class Scheduler:
                             known=self.leases.get(node),
                             # Shares: within the GPU's VRAM and clients with every replica's.
                             validate=shares_fit(
-                                reserved, self._shared_gpu, self.book.unbound, phantom_key("")
+                                reserved,
+                                self._shared_gpu,
+                                self.book.unbound,
+                                phantom_key(""),
+                                self._shared_node,
                             ),
                             prunable=self.book.prunable,
                         )

@@ -298,7 +298,12 @@ class SchedulerCache:
     # --- The scheduler's own decisions ------------------------------------------------------
 
     def assume_pod(
-        self, pod: Mapping[str, Any], node_name: str, assignment: Assignment | None
+        self,
+        pod: Mapping[str, Any],
+        node_name: str,
+        assignment: Assignment | None,
+        *,
+        enforce_limits: bool = True,
     ) -> PodInfo:
         """Initial -> Assumed: the scheduling cycle chose ``node_name`` and, for a GPU pod,
         ``assignment``; from now on every snapshot counts the pod and its devices there.
@@ -306,6 +311,9 @@ class SchedulerCache:
         Raises :class:`CacheError` if the pod is already in the cache or the node is unknown,
         :class:`LedgerError` if the devices are not free (a stale snapshot: a bug); in both
         cases nothing changes. ``pod`` need not carry ``spec.nodeName``.
+        ``enforce_limits=False`` books a share even beyond the node's sharing limits, as for a
+        bound pod (another replica's reservation counted as a phantom holds its GPU whatever
+        this replica's view says).
         """
         uid = pod_uid(pod)
         state = self._pods.get(uid)
@@ -315,7 +323,7 @@ class SchedulerCache:
         info = self._nodes.get(node_name)
         if info is None or info.node is None:
             raise CacheError(f"cannot assume pod {uid} onto unknown node {node_name}")
-        placed = info.add_pod(pod, assignment, assumed=True)
+        placed = info.add_pod(pod, assignment, assumed=True, enforce_limits=enforce_limits)
         self._pods[uid] = _PodState(pod, node_name, assumed=True, assigned=placed.declared)
         self._assumed[uid] = None
         self._nodes.move_to_end(node_name)

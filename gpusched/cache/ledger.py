@@ -712,6 +712,18 @@ class NodeLedger:
             reservation_uid=claim.reservation_uid,
         )
 
+    def share_terms(self, pod_uid: str) -> tuple[bool, int] | None:
+        """(swap, cores percent) of ``pod_uid``'s share here, or ``None`` when it holds no
+        share (nothing, or devices exclusively). O(1)."""
+        claim = self._claims.get(pod_uid)
+        if claim is None or claim.exclusive:
+            return None
+        return claim.swap, claim.cores
+
+    def shared_pods(self) -> list[str]:
+        """The pods holding a share here (the node's clients), in booking order. O(claims)."""
+        return [uid for uid, claim in self._claims.items() if not claim.exclusive]
+
     def is_inferred(self, pod_uid: str) -> bool:
         claim = self._claims.get(pod_uid)
         return claim is not None and claim.inferred

@@ -400,21 +400,27 @@ class NodeInfo:
         return list(self._unplaced)
 
     def add_pod(
-        self, pod: Mapping[str, Any], assignment: Assignment | None = None, *, assumed: bool = False
+        self,
+        pod: Mapping[str, Any],
+        assignment: Assignment | None = None,
+        *,
+        assumed: bool = False,
+        enforce_limits: bool = True,
     ) -> PodInfo:
         """Add a pod; book ``assignment``, or else what its annotations declare, or else infer.
 
         ``assumed`` (the scheduler's own decision): the devices must be free now, else
         :class:`LedgerError` and nothing changes; no other pod is disturbed. Otherwise (an
         informer reported the pod) this never raises: a clash is recorded as a conflict.
-        :class:`CacheError` if the pod is already here.
+        :class:`CacheError` if the pod is already here. ``enforce_limits=False``: an assumed
+        share is booked even beyond the sharing limits (``SchedulerCache.assume_pod``).
         """
         uid = pod_uid(pod)
         if uid in self.pods:
             raise CacheError(f"pod {uid} is already on node {self.name}")
         info = PodInfo.from_pod(pod, assignment)
         if assumed:
-            self._book(info, enforce_limits=True)
+            self._book(info, enforce_limits=enforce_limits)
             self._insert(self._placed(info))
         else:
             self._insert(self._place(info))

@@ -20,16 +20,20 @@ Each seed gives the replicas other random choices, so the races land differently
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from conftest import Target, sim_of
-from scheduler_bed import Bed, bound, open_bed, reservations
+from scheduler_bed import E2E_LABEL, Bed, bound, open_bed, reservations
 
+from gpusched.cache.nodeinfo import PodInfo
 from gpusched.framework.config import SchedulerConfiguration
+from gpusched.kube.client import resource_path
+from gpusched.kube.errors import APINotFound
 
 GPU_MIB = 80 * 1024  # dgx-h100 cards publish a little less; 2 x 30Gi fit, 3 do not
 MAX_CLIENTS = 10  # issue 10's default maxClientsPerGPU
@@ -147,3 +151,104 @@ async def test_racing_replicas_keep_shared_gpus_within_the_client_limit(
         )
     clients = _per_gpu(pods)
     assert [len(mibs) for mibs in clients.values()] == [MAX_CLIENTS], clients
+
+
+# ------------------------------------------------------------------ the other sharing rules
+
+POLICIES = resource_path("gpusched.io", "v1alpha1", "gpunodepolicies")
+PHYSICAL_MIB = 81559  # dgx-h100's cards
+
+
+def _terms(pod: dict[str, Any]) -> tuple[bool, int]:
+    """(swap, cores percent) of a bound share, as the cache reads them."""
+    info = PodInfo.from_pod(pod)
+    return info.swap, info.cores
+
+
+def _hami(bed: Bed, name: str, cores: str, **annotations: str) -> dict[str, Any]:
+    body = bed.pod(name, **annotations)
+    body["spec"]["containers"][0]["resources"] = {
+        "limits": {
+            "nvidia.com/gpu": "1",
+            "nvidia.com/gpumem": "1000",
+            "nvidia.com/gpucores": cores,
+        }
+    }
+    return body
+
+
+# (case, the node policy's limits, a pod of the burst, pods that fit)
+RULES: list[tuple[str, dict[str, int], Any, int]] = [
+    (
+        # 200% overcommit would take 5 x 30Gi; pods that cannot swap get physical memory: 2.
+        "no-swap",
+        {"vramOvercommitPercent": 200},
+        lambda bed, name: _shared(bed, name, "30Gi", **PIN),
+        2,
+    ),
+    (
+        "clients-per-node",
+        {"maxClientsPerNode": 3},
+        lambda bed, name: _shared(bed, name, "1Gi"),
+        3,
+    ),
+    (
+        # HAMi's gpucores: 3 x 30% of GPU 0's compute; a fourth would take 120%.
+        "cores",
+        {},
+        lambda bed, name: _hami(bed, name, "30", **PIN),
+        3,
+    ),
+]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize(
+    ("limits", "make", "fit"), [case[1:] for case in RULES], ids=[case[0] for case in RULES]
+)
+async def test_racing_replicas_keep_the_no_swap_compute_and_per_node_rules(
+    bed: Bed, limits: dict[str, int], make: Any, fit: int, seed: int
+) -> None:
+    """Two schedulers, each placing its own half of a burst on one node at once: each one's
+    cache sees the other's shares only through the Lease, whose check now covers the no-swap
+    rule, compute shares and the per-node client limit too (gpusched.reservations
+    ``shares_fit``)."""
+    other = f"{bed.scheduler_name}-b"
+    names = [f"r{i}" for i in range(12)]
+    bodies = [make(bed, name) for name in names]
+    for body in bodies[1::2]:
+        body["spec"]["schedulerName"] = other
+    policy = {
+        "apiVersion": "gpusched.io/v1alpha1",
+        "kind": "GPUNodePolicy",
+        "metadata": {"name": f"{bed.prefix}-race"},
+        "spec": {"nodeSelector": {"matchLabels": {E2E_LABEL: bed.prefix}}, **limits},
+    }
+    await bed.kube.create(POLICIES, policy)
+    try:
+        async with (
+            bed.running("replica-a", _racing(bed), rng=random.Random(seed)),
+            bed.running("replica-b", _racing(bed, other), rng=random.Random(seed + 100)),
+        ):
+            await bed.create_pods(bodies, concurrency=len(bodies))
+            pods = await bed.pods_until(lambda ps: len(bound(ps)) >= fit and _settled(ps, names))
+    finally:
+        with contextlib.suppress(APINotFound):
+            await bed.kube.delete(f"{POLICIES}/{bed.prefix}-race")
+    assert len(bound(pods)) == fit, sorted(bound(pods))
+    per_gpu: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for name in bound(pods):
+        annotations = pods[name]["metadata"]["annotations"]
+        for gpu in annotations["gpusched.io/gpu-ids"].split(","):
+            per_gpu[pods[name]["spec"]["nodeName"], int(gpu)].append(name)
+    for (node, gpu), holders in per_gpu.items():
+        mib = {
+            n: int(pods[n]["metadata"]["annotations"]["gpusched.io/reserved-vram-mib"])
+            for n in holders
+        }
+        pinned = sum(v for n, v in mib.items() if not _terms(pods[n])[0])
+        assert pinned <= PHYSICAL_MIB, f"GPU {gpu} of {node}: {mib} MiB cannot swap"
+        assert sum(_terms(pods[n])[1] for n in holders) <= 100, f"GPU {gpu} of {node}"
+    if "maxClientsPerNode" in limits:
+        per_node = Counter(pods[n]["spec"]["nodeName"] for n in bound(pods))
+        assert max(per_node.values()) <= limits["maxClientsPerNode"], per_node
