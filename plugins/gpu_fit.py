@@ -575,7 +575,7 @@ class GPUFit(
         A pod with a ``GPUClass`` adds the class's name and spec (Filter reads both): a class
         edited in place signs its pods anew, so no equivalence class computed under the old
         spec is reused. An unknown class is ``None`` (PreFilter says why)."""
-        cls: Hashable = ()
+        cls: tuple[Hashable, ...] = ()
         if read.gpu_class is not None:
             key = self._class_key(read.gpu_class)
             if key is None:
@@ -584,7 +584,7 @@ class GPUFit(
         if read.mode == "mig":
             if read.mig_fallbacks and not cls:
                 return None
-            return (NAME, "mig", read.mig_profile, read.count, read.priority, cls)
+            return (NAME, "mig", read.mig_profile, read.count, read.priority, *cls)
         return (
             NAME,
             "shared",
@@ -596,7 +596,7 @@ class GPUFit(
             read.swap_from_vram,
             read.gpu_ids,
             read.priority,
-            cls,
+            *cls,
         )
 
     def _class_key(self, name: str) -> str | None:
