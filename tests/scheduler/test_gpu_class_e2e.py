@@ -126,3 +126,24 @@ async def test_a_woolyai_node_policy_caps_pods_per_gpu(bed: Bed) -> None:
         pods = await bed.pods_until(lambda ps: _waiting(ps.get("third", {})) is not None)
         assert REASON_SHARE_CLIENTS in (_waiting(pods["third"]) or "")
         assert "third" not in bound(pods)
+
+
+async def test_a_pod_of_an_exclusive_class_keeps_its_gpu_alone(bed: Bed) -> None:
+    await bed.add_nodes(1, "dgx-h100")
+    name = bed.target.name("solo")
+    ids = {"gpusched.io/gpu-ids-request": "0"}
+    async with created(bed, CLASSES, _class(name, sharing={"mode": "exclusive"})):
+        async with bed.running():
+            await bed.create_pod(
+                _shared(bed, "solo", "1Gi", **ids, **{"gpusched.io/gpu-class": name})
+            )
+            await bed.pods_until(lambda ps: "solo" in bound(ps))
+            await bed.create_pod(_shared(bed, "joiner", "1Gi", **ids))
+            pods = await bed.pods_until(lambda ps: _waiting(ps.get("joiner", {})) is not None)
+            assert "joiner" not in bound(pods)
+        # A scheduler started afterwards books the bound pod from the API: still alone (its
+        # reserved-vram-mib is the whole GPU; the pod's own annotations do not say exclusive).
+        async with bed.running("b"):
+            await bed.create_pod(_shared(bed, "late", "1Gi", **ids))
+            pods = await bed.pods_until(lambda ps: _waiting(ps.get("late", {})) is not None)
+            assert "late" not in bound(pods), _waiting(pods["late"])
