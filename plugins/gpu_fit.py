@@ -21,6 +21,17 @@ profile is free nowhere, one of the fallbacks it lists).
   ``woolyai.com/gpu-ids`` and ``woolyai.com/reserved-vram-mib``. O(GPUs + MIG devices) per
   node. NodeResourcesFit leaves ``gpusched.io/vram`` and the other per-GPU quantities to us.
 
+- **GPU classes** (``gpusched.io/gpu-class``, WoolyAI's ``cuda.scheduler.io/gpu-class``):
+  PreFilter resolves the name in ``Handle.gpu_classes`` (unknown: UnschedulableAndUnresolvable
+  naming the classes that exist) and places the pod as a plan, whole GPUs included (as
+  exclusive GPUs: no NVLink-topology choice for them). Filter keeps the devices of the class
+  on the node (:func:`~gpusched.gpu_policy.resolve.match_class`, memoised per node, class,
+  labels and inventory objects; none: :data:`REASON_CLASS_MISSING`), makes the pod exclusive
+  for an ``exclusive`` class, and skips GPUs holding the class's ``maxClientsPerGPU`` pods.
+  PostFilter says why no node has a GPU of the class (:func:`never_fits_class`). The class's
+  name and spec are in the signature, and a ``GPUClass`` event re-queues the pods asking for
+  it.
+
 Whole GPUs:
 
 - **Filter** checks the node (advertised, free in the device ledger, ``allocatable -
@@ -467,7 +478,9 @@ class GPUFit(
         if cls is not None:
             return cls, SUCCESS
         if classes:
-            exist = ", ".join(sorted(classes))
+            names = sorted(classes)
+            more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+            exist = ", ".join(names[:10]) + more
             fix = f"the classes that exist are {exist}: ask for one of them, or create it"
         else:
             fix = "no GPUClass exists: create it, or remove the gpu-class annotation"
