@@ -24,7 +24,8 @@ profile is free nowhere, one of the fallbacks it lists).
 - **GPU classes** (``gpusched.io/gpu-class``, WoolyAI's ``cuda.scheduler.io/gpu-class``):
   PreFilter resolves the name in ``Handle.gpu_classes`` (unknown: UnschedulableAndUnresolvable
   naming the classes that exist) and places the pod as a plan, whole GPUs included (as
-  exclusive GPUs: no NVLink-topology choice for them). Filter keeps the devices of the class
+  exclusive GPUs; several idle GPUs of a class are chosen by the topology, as whole GPUs
+  are, but scored by the strategy's fill). Filter keeps the devices of the class
   on the node (:func:`~gpusched.gpu_policy.resolve.match_class`, memoised per node, class,
   labels and inventory objects; none: :data:`REASON_CLASS_MISSING`), makes the pod exclusive
   for an ``exclusive`` class, and skips GPUs holding the class's ``maxClientsPerGPU`` pods.
@@ -704,6 +705,16 @@ class GPUFit(
         choices[node_info.name] = choice
         return SUCCESS
 
+    def _connected(self, node_info: NodeInfo, free: list[int], n: int) -> tuple[int, ...]:
+        """The best-connected ``n`` of ``free`` (ascending) by the node's topology
+        (:meth:`GPUTopology.choose`, memoised per free set); the first ``n`` without an
+        inventory."""
+        inventory = node_info.ledger.inventory
+        if inventory is None:
+            return tuple(free[:n])
+        ids, _ = self._topology(node_info.name, inventory).choose(free, n)
+        return ids
+
     def _class_match(self, cls: GPUClass, node_info: NodeInfo) -> ClassMatch:
         """Which GPUs of the node belong to ``cls`` (:func:`match_class` on the node's labels
         and inventory), memoised per (node, class) while the class, labels and inventory
@@ -764,6 +775,10 @@ class GPUFit(
             if busy is not None:
                 return None, _named_refusal(ledger, request, busy)
             chosen = wanted
+        elif len(shares) >= n and request.exclusive and only is not None and n >= 2:
+            # Several idle GPUs of a class (whole GPUs, or an exclusive class): the
+            # best-connected set among them, as for unclassed whole-GPU pods.
+            chosen = self._connected(node_info, sorted(shares), n)
         elif len(shares) >= n:
             chosen = tuple(sorted(shares, key=lambda i: self._device_key(ledger, i))[:n])
         else:

@@ -346,3 +346,16 @@ def test_class_change_requeues_its_pods(annotation: str, changed: str, hint: Que
     obj = {"kind": "GPUClass", "metadata": {"name": changed}}
     assert fn(pod, None, obj) == hint
     assert fn(pod, obj, None) == hint
+
+
+def test_several_gpus_of_a_class_are_chosen_by_topology() -> None:
+    # Bridged pairs (0-1, 2-3, ...): with GPU 1 busy, the two free GPUs of the class best
+    # connected are a pair (2, 3), not the first two free (0, 2).
+    cluster = Cluster(make_node("n").gpus(8, topology="bridged-pairs"))
+    cluster.bind(make_pod("a").gpus(1).on("n").assigned([1], vram_mib=[H100_MIB]))
+    plugin = GPUFit(handle=cast(Handle, _Handle(cluster.snapshot())))
+    state, _, status = run(plugin, classed(make_pod().gpus(2), "h100"), cluster)
+    assert status is SUCCESS, status
+    choice = choice_for(state, "n")
+    assert choice is not None
+    assert choice.gpu_ids == (2, 3)
