@@ -293,9 +293,9 @@ class PolicyReport:
                 parts.append(f"{wire} on {len(nodes)} nodes ({shown}) to {winner}")
         return (
             f"{self.ref} loses " + "; ".join(parts) + ": on a node matched by several "
-            "GPUNodePolicies each field goes to the most specific nodeSelector (ties: the "
-            "first name); remove the field from one of them or make the intended selector "
-            "more specific"
+            "GPUNodePolicies each field goes to the most specific nodeSelector (ties: a "
+            "GPUNodePolicy before a WoolyNodePolicy, then the first name); remove the field "
+            "from one of them or make the intended selector more specific"
         )
 
 

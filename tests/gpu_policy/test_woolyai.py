@@ -363,3 +363,16 @@ def test_invalid_woolyai_object_is_ignored_with_an_event() -> None:
     ((name, reason, message),) = rig.events
     assert (name, reason) == ("bad", "InvalidSpec")
     assert "vramOvercommitPercent" in message
+
+
+def test_a_woolyai_policy_that_loses_a_field_is_told() -> None:
+    rig = Rig()
+    rig.manager.on_node("n", BIG)
+    rig.add(wooly("WoolyNodePolicy", "w", {"targetSelector": BIG, "maxClientsPerGPU": 4}))
+    rig.add(node_policy("g", BIG, maxClientsPerGPU=2))
+    rig.manager.flush()
+    ((name, reason, message),) = rig.events
+    assert (name, reason) == ("w", "Overridden")
+    assert message.startswith("WoolyNodePolicy/w loses maxClientsPerGPU on 1 nodes (n)")
+    assert "GPUNodePolicy/g" in message
+    assert rig.manager.reports["WoolyNodePolicy/w"].matching_nodes == 1
