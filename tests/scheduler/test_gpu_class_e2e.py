@@ -147,3 +147,15 @@ async def test_a_pod_of_an_exclusive_class_keeps_its_gpu_alone(bed: Bed) -> None
             await bed.create_pod(_shared(bed, "late", "1Gi", **ids))
             pods = await bed.pods_until(lambda ps: _waiting(ps.get("late", {})) is not None)
             assert "late" not in bound(pods), _waiting(pods["late"])
+
+
+async def test_a_class_no_node_has_says_why(bed: Bed) -> None:
+    await bed.add_nodes(1, "dgx-h100")
+    name = bed.target.name("a40")
+    async with created(bed, CLASSES, _class(name, products=["NVIDIA A40"])), bed.running():
+        await bed.create_pod(_shared(bed, "p", "1Gi", **{"gpusched.io/gpu-class": name}))
+        pods = await bed.pods_until(lambda ps: _waiting(ps.get("p", {})) is not None)
+        message = _waiting(pods["p"]) or ""
+        assert f"has a GPU of GPUClass {name}" in message
+        assert "the class wants NVIDIA A40" in message
+        assert f"kubectl edit gpuclass {name}" in message
