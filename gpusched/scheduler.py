@@ -45,7 +45,7 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,11 @@ from gpusched.framework import (
     default_registry,
 )
 from gpusched.gpu_policy.manager import PLURALS, PolicyManager
+from gpusched.gpu_policy.woolyai import KIND_CLASS as WOOLY_KIND_CLASS
+from gpusched.gpu_policy.woolyai import KIND_CLUSTER as WOOLY_KIND_CLUSTER
+from gpusched.gpu_policy.woolyai import KIND_NODE_POLICY as WOOLY_KIND_NODE_POLICY
+from gpusched.gpu_policy.woolyai import PLURALS as WOOLYAI_PLURALS
+from gpusched.gpu_policy.woolyai import WOOLY_GROUP, WOOLY_VERSION
 from gpusched.inventory import InventoryError, inventory_from_object
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIError, APINotFound
@@ -146,10 +151,14 @@ EVENTS = (
     "GPUNodeInventory/Add",
     "GPUNodeInventory/Update",
     "GPUNodeInventory/Delete",
+    "GPUClass/Add",
+    "GPUClass/Update",
+    "GPUClass/Delete",
 )
 """The cluster events the scheduler tells its queue of. A bound pod's Update is sent only when
 it finishes; a Node's Update only when what scheduling reads of it changed (not heartbeats);
-an assumed pod forgotten (a failed bind, another replica's reservation gone) is a Pod/Delete."""
+an assumed pod forgotten (a failed bind, another replica's reservation gone) is a Pod/Delete.
+A GPUClass event (gpusched's or WoolyAI's) is sent when a class's spec changes, not its status."""
 
 _ACTIONS = {"Add": ActionType.ADD, "Update": ActionType.UPDATE, "Delete": ActionType.DELETE}
 
@@ -381,10 +390,43 @@ class Scheduler:
                 for kind, handler in (
                     ("GPUNodePolicy", self.policies.on_node_policy),
                     ("ClusterGPUPolicy", self.policies.on_cluster_policy),
-                    ("GPUClass", self.policies.on_class),
+                    ("GPUClass", self._class_handler(self.policies.on_class)),
+                )
+            ),
+            # WoolyAI's policy objects, read as gpusched's (gpusched.gpu_policy.woolyai).
+            *(
+                Reflector(
+                    k,
+                    resource_path(WOOLY_GROUP, WOOLY_VERSION, WOOLYAI_PLURALS[kind]),
+                    handler=handler,
+                    name=f"{WOOLYAI_PLURALS[kind]}.{WOOLY_GROUP}",
+                    optional=True,
+                )
+                for kind, handler in (
+                    (WOOLY_KIND_NODE_POLICY, self.policies.on_woolyai_node_policy),
+                    (WOOLY_KIND_CLUSTER, self.policies.on_woolyai_cluster_policy),
+                    (WOOLY_KIND_CLASS, self._class_handler(self.policies.on_woolyai_class)),
                 )
             ),
         ]
+
+    def _class_handler(
+        self, handler: Callable[[str, dict[str, Any], dict[str, Any] | None], None]
+    ) -> Callable[[str, dict[str, Any], dict[str, Any] | None], None]:
+        """``handler`` (the policy manager's), then a GPUClass event for the queue when the
+        class's spec changed: the pods waiting on it are tried again (GPUFit's hint). Their
+        equivalence classes need no flush: a pod's signature holds its class's spec."""
+
+        def on_class(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+            handler(kind, obj, old)
+            if kind == "DELETED":
+                self._emit("GPUClass/Delete", obj, None)
+            elif old is None:
+                self._emit("GPUClass/Add", None, obj)
+            elif old.get("spec") != obj.get("spec"):
+                self._emit("GPUClass/Update", old, obj)
+
+        return on_class
 
     def _on_node(self, kind: str, node: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = node["metadata"]["name"]

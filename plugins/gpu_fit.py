@@ -21,6 +21,18 @@ profile is free nowhere, one of the fallbacks it lists).
   ``woolyai.com/gpu-ids`` and ``woolyai.com/reserved-vram-mib``. O(GPUs + MIG devices) per
   node. NodeResourcesFit leaves ``gpusched.io/vram`` and the other per-GPU quantities to us.
 
+- **GPU classes** (``gpusched.io/gpu-class``, WoolyAI's ``cuda.scheduler.io/gpu-class``):
+  PreFilter resolves the name in ``Handle.gpu_classes`` (unknown: UnschedulableAndUnresolvable
+  naming the classes that exist) and places the pod as a plan, whole GPUs included (as
+  exclusive GPUs; several idle GPUs of a class are chosen by the topology, as whole GPUs
+  are, but scored by the strategy's fill). Filter keeps the devices of the class
+  on the node (:func:`~gpusched.gpu_policy.resolve.match_class`, memoised per node, class,
+  labels and inventory objects; none: :data:`REASON_CLASS_MISSING`), makes the pod exclusive
+  for an ``exclusive`` class, and skips GPUs holding the class's ``maxClientsPerGPU`` pods.
+  PostFilter says why no node has a GPU of the class (:func:`never_fits_class`). The class's
+  name and spec are in the signature, and a ``GPUClass`` event re-queues the pods asking for
+  it.
+
 Whole GPUs:
 
 - **Filter** checks the node (advertised, free in the device ledger, ``allocatable -
@@ -52,8 +64,9 @@ Args::
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
@@ -94,8 +107,12 @@ from gpusched.framework import (
     StateKey,
     Status,
 )
+from gpusched.gpu_policy.models import GPUClass
+from gpusched.gpu_policy.resolve import ClassMatch, match_class
 from gpusched.gpu_requests import GPURequest as PodRequest
 from gpusched.gpu_requests import RequestError, read_gpu_request
+from gpusched.gpu_requests.native import GPU_CLASS as GPU_CLASS_ANNOTATION
+from gpusched.gpu_requests.woolyai import GPU_CLASS as WOOLYAI_GPU_CLASS_ANNOTATION
 from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory, mig_resource_name
 from gpusched.topology import GPUTopology, build_topology
 
@@ -111,6 +128,7 @@ __all__ = [
     "MIG_FALLBACK_APPLIED",
     "MIG_FALLBACK_LIST",
     "NAME",
+    "REASON_CLASS_MISSING",
     "REASON_GPUS_IN_CONFLICT",
     "REASON_GPU_IDS",
     "REASON_GPU_UNHEALTHY",
@@ -139,6 +157,7 @@ __all__ = [
     "Strategy",
     "choice_for",
     "never_fits",
+    "never_fits_class",
     "never_fits_plan",
 ]
 
@@ -191,6 +210,10 @@ REASON_GPU_UNHEALTHY: Final = "node(s) had too few healthy GPUs free"
 """Unschedulable: enough GPUs are idle, but some are unhealthy (the node's inventory says
 why); they may recover, and an inventory update re-queues the pod."""
 
+REASON_CLASS_MISSING: Final = "node(s) had no GPU of the pod's GPUClass"
+"""UnschedulableAndUnresolvable: no GPU of the node belongs to the class the pod asks for
+(only a change of the class, the node's labels or its inventory can change that)."""
+
 MIG_FALLBACK_APPLIED: Final = "gpusched.io/mig-fallback-applied"
 """Written on the Binding when a MIG pod got a fallback profile: ``"2g.20gb->1g.10gb"``."""
 MIG_FALLBACK_LIST: Final = "gpusched.io/mig-fallback"
@@ -220,6 +243,7 @@ _IDS_BUSY: Final = Status.unschedulable(REASON_GPU_IDS, plugin=NAME)
 _IDS_MISSING: Final = Status.unresolvable(REASON_GPU_IDS, plugin=NAME)
 _MIG_MISSING: Final = Status.unresolvable(REASON_MIG_MISSING, plugin=NAME)
 _MIG_BUSY: Final = Status.unschedulable(REASON_MIG_BUSY, plugin=NAME)
+_CLASS_MISSING: Final = Status.unresolvable(REASON_CLASS_MISSING, plugin=NAME)
 
 _TOO_FEW: Final = Status.unresolvable(REASON_TOO_FEW_GPUS, plugin=NAME)
 _NO_FREE: Final = Status.unschedulable(REASON_INSUFFICIENT_FREE_GPUS, plugin=NAME)
@@ -292,6 +316,9 @@ class _Plan:
     """MIG: the extended resource placed, the fallback's when one applies."""
     fallback: str = ""
     """MIG: ``"2g.20gb->1g.10gb"`` when the profile is free nowhere and a fallback is."""
+    gpu_class: GPUClass | None = None
+    """The ``GPUClass`` the pod asks for (``gpusched.io/gpu-class``), resolved by PreFilter:
+    Filter places the pod on the class's GPUs only, with the class's sharing mode."""
 
 
 _REQUEST: Final = StateKey[GPURequest]("PreFilterGPUFit")
@@ -382,6 +409,13 @@ class GPUFit(
         self._last: dict[str, tuple[int, int, GPUChoice]] = {}
         """Node -> (node-info generation, N, the choice made): a node unchanged since the last
         cycle (same generation) gets the same choice without a look at its devices."""
+        self._class_matches: dict[
+            tuple[str, str], tuple[GPUClass, Mapping[str, str], GPUNodeInventory | None, ClassMatch]
+        ] = {}
+        """(node, class) -> the class object, the node's labels and inventory objects it was
+        matched against, and the match: recomputed only when one of them is a new object."""
+        self._class_keys: dict[str, tuple[GPUClass, str]] = {}
+        """Class name -> (the object, its spec as JSON): the class's part of a signature."""
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> Self:
@@ -393,7 +427,12 @@ class GPUFit(
         read, status = self._read(pod)
         if read is None:
             return None, status
-        if read.mode == "whole":
+        if read.gpu_class is not None:
+            cls, status = self._resolve_class(read.gpu_class)
+            if cls is None:
+                return None, status
+            state.write(_PLAN, self._plan(read, cls))
+        elif read.mode == "whole":
             request, status = self._parse_whole(pod)
             if request is None:
                 return None, status
@@ -422,6 +461,12 @@ class GPUFit(
             return None, Status.unresolvable(error, plugin=NAME)
         if read is None:
             return None, Status.skip()
+        if read.mode == "whole" and read.gpu_class is not None:
+            # Whole GPUs of a class: placed as exclusive GPUs of the shared API (idle devices,
+            # all their memory), the path that chooses among the class's devices. Still
+            # booked whole: Reserve marks no shared claim, the cache reads nvidia.com/gpu.
+            read = replace(read, mode="shared", exclusive=True)
+            self._read_memo = (pod, read, None)
         if read.mode != "whole":
             try:
                 parse_assignment(pod)
@@ -429,15 +474,42 @@ class GPUFit(
                 return None, Status.unresolvable(str(exc), plugin=NAME)
         return read, SUCCESS
 
-    def _plan(self, read: PodRequest) -> _Plan:
+    def _resolve_class(self, name: str) -> tuple[GPUClass | None, Status]:
+        """The valid ``GPUClass`` named ``name`` (``Handle.gpu_classes``), or ``None`` and
+        UnschedulableAndUnresolvable naming the classes that exist. O(1) (O(classes) to say
+        which exist)."""
+        classes: Mapping[str, GPUClass] = {}
+        if self._handle is not None:
+            classes = self._handle.gpu_classes
+        cls = classes.get(name)
+        if cls is not None:
+            return cls, SUCCESS
+        if classes:
+            names = sorted(classes)
+            more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+            exist = ", ".join(names[:10]) + more
+            fix = f"the classes that exist are {exist}: ask for one of them, or create it"
+        else:
+            fix = "no GPUClass exists: create it, or remove the gpu-class annotation"
+        return None, Status.unresolvable(
+            f"the pod asks for GPUClass {name!r}, which does not exist (or is invalid: see "
+            f"`kubectl describe gpuclass {name}`); {fix}",
+            plugin=NAME,
+        )
+
+    def _plan(self, read: PodRequest, cls: GPUClass | None = None) -> _Plan:
         """Shared: the request. MIG: the profile to place; when the pod lists fallbacks and its
         profile is free on no node of the snapshot, the first fallback free on some node
-        (O(nodes x GPUs), only for MIG pods with fallbacks)."""
+        (O(nodes x GPUs), only for MIG pods with fallbacks). A class that is exclusive makes a
+        shared request exclusive (``apply_class``'s rule: the class forbids sharing)."""
+        if cls is not None and cls.spec.sharing.mode == "exclusive" and read.mode == "shared":
+            read = replace(read, exclusive=True)
         if read.mode != "mig" or read.mig_profile is None:
-            return _Plan(read)
+            return _Plan(read, gpu_class=cls)
         resource = mig_resource_name(read.mig_profile)
-        if not read.mig_fallbacks or self._handle is None:
-            return _Plan(read, resource)
+        if not read.mig_fallbacks or self._handle is None or cls is not None:
+            # With a class, the class's MIG devices decide; fallbacks are not searched.
+            return _Plan(read, resource, gpu_class=cls)
         try:
             nodes = self._handle.node_lister.node_infos()
         except RuntimeError:  # a framework built without a scheduler (tests, config check)
@@ -514,16 +586,25 @@ class GPUFit(
             return None
         return (NAME, request.count, request.priority)
 
-    @staticmethod
-    def _sign_read(read: PodRequest) -> Hashable | None:
+    def _sign_read(self, read: PodRequest) -> Hashable | None:
         """Shared pods: every field Filter and Score read (the score is the chosen GPUs' and
         the node's fill, a function of the node alone). MIG pods without fallbacks: profile,
         count, priority. MIG pods with fallbacks: ``None``, since the profile placed depends on
-        every node of the snapshot (PreFilter), not on the node at hand."""
-        if read.mode == "mig":
-            if read.mig_fallbacks:
+        every node of the snapshot (PreFilter), not on the node at hand.
+
+        A pod with a ``GPUClass`` adds the class's name and spec (Filter reads both): a class
+        edited in place signs its pods anew, so no equivalence class computed under the old
+        spec is reused. An unknown class is ``None`` (PreFilter says why)."""
+        cls: tuple[Hashable, ...] = ()
+        if read.gpu_class is not None:
+            key = self._class_key(read.gpu_class)
+            if key is None:
                 return None
-            return (NAME, "mig", read.mig_profile, read.count, read.priority)
+            cls = (read.gpu_class, key)
+        if read.mode == "mig":
+            if read.mig_fallbacks and not cls:
+                return None
+            return (NAME, "mig", read.mig_profile, read.count, read.priority, *cls)
         return (
             NAME,
             "shared",
@@ -535,7 +616,19 @@ class GPUFit(
             read.swap_from_vram,
             read.gpu_ids,
             read.priority,
+            *cls,
         )
+
+    def _class_key(self, name: str) -> str | None:
+        """The class's spec as JSON, memoised per class object (a new object when the class
+        changes); ``None`` for an unknown class. O(1) after the first pod of a class."""
+        cls = self._handle.gpu_classes.get(name) if self._handle is not None else None
+        if cls is None:
+            return None
+        memo = self._class_keys.get(name)
+        if memo is None or memo[0] is not cls:
+            memo = self._class_keys[name] = (cls, cls.spec.model_dump_json())
+        return memo[1]
 
     # -- Filter ----------------------------------------------------------------------------
 
@@ -548,6 +641,11 @@ class GPUFit(
             read, status = self._read(pod)
             if read is None:
                 return SUCCESS if status.is_skip else status
+            if read.gpu_class is not None:
+                cls, status = self._resolve_class(read.gpu_class)
+                if cls is None:
+                    return status
+                return self._filter_plan(state, self._plan(read, cls), node_info)
             if read.mode != "whole":
                 return self._filter_plan(state, self._plan(read), node_info)
             request, status = self._parse(pod)
@@ -592,10 +690,20 @@ class GPUFit(
             return _INVALID_NODE
         if node_info.unplaced:
             return _CONFLICT
+        match = None
+        if plan.gpu_class is not None:
+            match = self._class_match(plan.gpu_class, node_info)
+            if not match.matched:
+                return _CLASS_MISSING
         if plan.request.mode == "mig":
-            choice, status = self._choose_mig(plan, node_info)
+            uuids = None if match is None else frozenset(u for _, u in match.mig_devices)
+            choice, status = self._choose_mig(plan, node_info, uuids)
         else:
-            choice, status = self._choose_shared(plan.request, node_info)
+            cap = None
+            if plan.gpu_class is not None:
+                cap = plan.gpu_class.spec.sharing.max_clients_per_gpu
+            indices = None if match is None else frozenset(match.gpu_indices)
+            choice, status = self._choose_shared(plan.request, node_info, indices, cap)
         if choice is None:
             return status
         choices = state.get(GPU_CHOICES)
@@ -605,11 +713,43 @@ class GPUFit(
         choices[node_info.name] = choice
         return SUCCESS
 
+    def _connected(self, node_info: NodeInfo, free: list[int], n: int) -> tuple[int, ...]:
+        """The best-connected ``n`` of ``free`` (ascending) by the node's topology
+        (:meth:`GPUTopology.choose`, memoised per free set); the first ``n`` without an
+        inventory."""
+        inventory = node_info.ledger.inventory
+        if inventory is None:
+            return tuple(free[:n])
+        ids, _ = self._topology(node_info.name, inventory).choose(free, n)
+        return ids
+
+    def _class_match(self, cls: GPUClass, node_info: NodeInfo) -> ClassMatch:
+        """Which GPUs of the node belong to ``cls`` (:func:`match_class` on the node's labels
+        and inventory), memoised per (node, class) while the class, labels and inventory
+        objects stay the same: O(1) then, else O(selector + GPUs x (products + MIG devices))."""
+        inventory = node_info.ledger.inventory
+        labels = node_info.labels
+        key = (node_info.name, cls.name)
+        memo = self._class_matches.get(key)
+        if memo is not None and memo[0] is cls and memo[1] is labels and memo[2] is inventory:
+            return memo[3]
+        match = match_class(cls, labels, inventory.gpus if inventory is not None else ())
+        if len(self._class_matches) >= _NODES_MAX:
+            self._class_matches.clear()
+        self._class_matches[key] = (cls, labels, inventory, match)
+        return match
+
     def _choose_shared(
-        self, request: PodRequest, node_info: NodeInfo
+        self,
+        request: PodRequest,
+        node_info: NodeInfo,
+        only: frozenset[int] | None = None,
+        cap: int | None = None,
     ) -> tuple[GPUChoice | None, Status]:
         """``count`` devices that take the share (or, exclusive, idle devices), chosen by the
-        strategy; else why not, as an aggregatable reason. O(GPUs)."""
+        strategy; else why not, as an aggregatable reason. ``only``: the class's devices, the
+        others are not candidates; ``cap``: the class's clients per GPU, a device with that
+        many holders takes no more of its pods. O(GPUs)."""
         ledger = node_info.ledger
         n = request.count
         devices = ledger.devices
@@ -627,18 +767,30 @@ class GPUFit(
                 for i in ledger.shareable_devices(mib_by, None, swap, cores):
                     if i in indices:
                         shares[i] = mib_by
+        if only is not None or cap is not None:
+            for i in list(shares):
+                if (only is not None and i not in only) or (
+                    cap is not None and len(devices[i].holders) >= cap
+                ):
+                    del shares[i]
         wanted = request.gpu_ids
         if wanted is not None:
             if any(not 0 <= i < len(devices) for i in wanted):
+                return None, _IDS_MISSING
+            if only is not None and any(i not in only for i in wanted):
                 return None, _IDS_MISSING
             busy = next((i for i in wanted if i not in shares), None)
             if busy is not None:
                 return None, _named_refusal(ledger, request, busy)
             chosen = wanted
+        elif len(shares) >= n and request.exclusive and only is not None and n >= 2:
+            # Several idle GPUs of a class (whole GPUs, or an exclusive class): the
+            # best-connected set among them, as for unclassed whole-GPU pods.
+            chosen = self._connected(node_info, sorted(shares), n)
         elif len(shares) >= n:
             chosen = tuple(sorted(shares, key=lambda i: self._device_key(ledger, i))[:n])
         else:
-            return None, self._share_refusal(request, node_info)
+            return None, self._share_refusal(request, node_info, only, cap)
         return self._share_choice(ledger, chosen, shares, request.exclusive), SUCCESS
 
     def _device_key(self, ledger: NodeLedger, index: int) -> tuple[int, int, int]:
@@ -685,10 +837,16 @@ class GPUFit(
         )
 
     @staticmethod
-    def _share_refusal(request: PodRequest, node_info: NodeInfo) -> Status:
+    def _share_refusal(
+        request: PodRequest,
+        node_info: NodeInfo,
+        only: frozenset[int] | None = None,
+        cap: int | None = None,
+    ) -> Status:
         """Why the node has too few devices for the share: UnschedulableAndUnresolvable when
         even idle it would (too few GPUs that could ever hold it), else the commonest refusal
-        among its devices. O(GPUs); only for rejected nodes."""
+        among its devices. ``only`` and ``cap`` as :meth:`_choose_shared` (a device at the
+        class's cap refuses as one at its client limit). O(GPUs); only for rejected nodes."""
         ledger = node_info.ledger
         n = request.count
         if request.exclusive:
@@ -696,6 +854,7 @@ class GPUFit(
                 1
                 for d in ledger.devices
                 if not d.mig_enabled
+                and (only is None or d.index in only)
                 and (
                     request.vram_mib is None
                     or (d.memory_mib is not None and d.memory_mib >= request.vram_mib)
@@ -707,10 +866,14 @@ class GPUFit(
         swap, cores = request.swap_from_vram, request.cores_percent or 0
         for mib_by, indices in _share_groups(ledger, request):
             for i in sorted(indices):
+                if only is not None and i not in only:
+                    continue
                 device = ledger.devices[i]
                 if _could_hold(device, mib_by, swap):
                     ever += 1
                     kind = ledger.refusal_kind(i, mib_by, None, swap, cores)
+                    if kind is None and cap is not None and len(device.holders) >= cap:
+                        kind = "clients"
                     if kind is not None:
                         kinds[kind] = kinds.get(kind, 0) + 1
         if ever < n:
@@ -721,10 +884,13 @@ class GPUFit(
         top = max(common, key=lambda k: kinds[k])
         return _SHARE_STATUS[_SHARE_KIND_REASON[top]]
 
-    def _choose_mig(self, plan: _Plan, node_info: NodeInfo) -> tuple[GPUChoice | None, Status]:
+    def _choose_mig(
+        self, plan: _Plan, node_info: NodeInfo, only: frozenset[str] | None = None
+    ) -> tuple[GPUChoice | None, Status]:
         """``count`` free MIG devices of the plan's resource: by the ledger when the node's
         inventory lists them (binpack: on the GPUs with most MIG devices held; spread: fewest),
         else by ``allocatable - requested`` with no device named (the cache then infers it).
+        ``only``: the UUIDs of the class's MIG devices, the others are not offered.
         O(GPUs + MIG devices)."""
         ledger = node_info.ledger
         resource = plan.mig_resource
@@ -736,8 +902,10 @@ class GPUFit(
                 if m.holder is not None:
                     held += 1
                     per_gpu[device.index] = per_gpu.get(device.index, 0) + 1
-                if m.resource == resource:
+                if m.resource == resource and (only is None or m.uuid in only):
                     offered += 1
+        if only is not None and not offered:
+            return None, _MIG_MISSING
         if not offered:
             advertised = int(node_info.allocatable.scalar.get(resource, 0))
             if advertised < n:
@@ -746,6 +914,8 @@ class GPUFit(
                 return None, _MIG_BUSY
             return GPUChoice((), (), (), 0, 0, 0, fill=0), SUCCESS
         free = ledger.free_mig(resource)
+        if only is not None:
+            free = [f for f in free if f[1] in only]
         if offered < n:
             return None, _MIG_MISSING
         if len(free) < n:
@@ -791,7 +961,9 @@ class GPUFit(
             for n in lister.node_infos()
             if (st := statuses.get(n.name)) is None or st.plugin in _GPU_PLUGINS
         ]
-        if plan is not None:
+        if plan is not None and plan.gpu_class is not None:
+            why = never_fits_class(plan.gpu_class, nodes) or never_fits_plan(plan.request, nodes)
+        elif plan is not None:
             why = never_fits_plan(plan.request, nodes)
         else:
             assert request is not None
@@ -962,6 +1134,7 @@ class GPUFit(
             ),
             ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD | ActionType.UPDATE)),
             ClusterEventWithHint(ClusterEvent("GPUNodeInventory", ActionType.ALL)),
+            ClusterEventWithHint(ClusterEvent("GPUClass", ActionType.ALL), _after_class_change),
         ]
 
 
@@ -1074,6 +1247,29 @@ def never_fits(count: int, nodes: Sequence[NodeInfo]) -> str | None:
     )
 
 
+def never_fits_class(cls: GPUClass, nodes: Sequence[NodeInfo], sample: int = 3) -> str | None:
+    """Why no GPU of ``nodes`` belongs to ``cls`` (one sentence, no final period: the
+    commonest of :func:`match_class`'s reasons, with how many nodes each), or ``None`` when
+    some node has one. O(nodes x GPUs); only for pods that fit nowhere."""
+    misses: Counter[str] = Counter()
+    for info in nodes:
+        inventory = info.ledger.inventory
+        match = match_class(cls, info.labels, inventory.gpus if inventory is not None else ())
+        if match.matched:
+            return None
+        misses[match.reason] += 1
+    if not misses:
+        return None
+    why = "; ".join(
+        f"{n} node{'s' if n != 1 else ''}: {reason}" for reason, n in misses.most_common(sample)
+    )
+    return (
+        f"No node the pod can run on has a GPU of GPUClass {cls.name} ({why}): change the "
+        f"class (kubectl edit gpuclass {cls.name}) or the nodes' labels, or ask for another "
+        "class"
+    )
+
+
 def never_fits_plan(request: PodRequest, nodes: Sequence[NodeInfo]) -> str | None:
     """Why no node could ever take a shared or MIG request (one sentence, no final period),
     or ``None``: a MIG profile (and no fallback) that no node offers, naming those they do;
@@ -1123,6 +1319,17 @@ def never_fits_plan(request: PodRequest, nodes: Sequence[NodeInfo]) -> str | Non
         f"The pod asks for {mib_text(request.vram_mib)} per GPU; the largest GPU here can "
         f"give a pod {mib_text(largest)}: ask for at most that much gpusched.io/vram"
     )
+
+
+def _after_class_change(pod: Pod, old: object, new: object) -> QueueingHint:
+    """A ``GPUClass`` was added, changed or deleted: the pods asking for it (by either
+    annotation) may fit now, or get a different message. O(1)."""
+    changed = {
+        (obj.get("metadata") or {}).get("name") for obj in (old, new) if isinstance(obj, Mapping)
+    }
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    asked = {annotations.get(GPU_CLASS_ANNOTATION), annotations.get(WOOLYAI_GPU_CLASS_ANNOTATION)}
+    return QueueingHint.QUEUE if changed & (asked - {None}) else QueueingHint.QUEUE_SKIP
 
 
 def _after_pod_change(pod: Pod, old: object, new: object) -> QueueingHint:

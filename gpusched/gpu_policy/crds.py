@@ -11,6 +11,11 @@ written to ``deploy/crds/`` (``gpusched/crds`` links there); regenerate after ch
 
 and ``tests/gpu_policy/test_crds.py`` fails while the files on disk differ from the models.
 The simulated cluster installs them like the inventory CRD (:data:`CRD_NAMES`).
+
+:data:`WOOLYAI_KINDS` are WoolyAI's kinds under their group ``woolyai.dev``
+(:mod:`gpusched.gpu_policy.woolyai`), so its users' manifests apply unchanged: without a status
+subresource (the scheduler writes none to them) and with short names of their own, since two
+share a kind and plural with gpusched's (``kubectl get gpuclasses.woolyai.dev``).
 """
 
 from __future__ import annotations
@@ -31,10 +36,18 @@ from gpusched.gpu_policy.models import (
     GPUClass,
     GPUNodePolicy,
 )
+from gpusched.gpu_policy.woolyai import (
+    WOOLY_GROUP,
+    WOOLY_VERSION,
+    WoolyClusterGPUPolicy,
+    WoolyGPUClass,
+    WoolyNodePolicy,
+)
 
 __all__ = [
     "CRD_NAMES",
     "KINDS",
+    "WOOLYAI_KINDS",
     "CRDKind",
     "crd_manifest",
     "main",
@@ -55,10 +68,16 @@ class CRDKind:
     short_names: tuple[str, ...]
     description: str
     columns: tuple[dict[str, Any], ...]
+    group: str = API_GROUP
+    version: str = VERSION
+    status: bool = True
+    """Whether the kind has a ``status`` subresource (the scheduler writes it)."""
+    source: str = "gpusched/gpu_policy/models.py"
+    """The module of the model, named in the generated file's header."""
 
     @property
     def crd_name(self) -> str:
-        return f"{self.plural}.{API_GROUP}"
+        return f"{self.plural}.{self.group}"
 
     @property
     def file_name(self) -> str:
@@ -162,9 +181,83 @@ KINDS: Final[tuple[CRDKind, ...]] = (
     ),
 )
 
-CRD_NAMES: Final[tuple[str, ...]] = tuple(k.crd_name for k in KINDS)
+_WOOLYAI: Final = "gpusched/gpu_policy/woolyai.py"
+
+WOOLYAI_KINDS: Final[tuple[CRDKind, ...]] = (
+    CRDKind(
+        model=WoolyGPUClass,
+        kind="GPUClass",
+        plural="gpuclasses",
+        singular="gpuclass",
+        short_names=("wgpuc",),
+        description="WoolyAI's GPU class (cuda.scheduler.io/gpu-class), read by gpusched as "
+        "its own GPUClass.",
+        columns=(
+            _column("Mode", "string", ".spec.sharing.mode", "shared or exclusive."),
+            _column("Replicas", "integer", ".spec.sharing.replicas", "Most pods per GPU."),
+            _column(
+                "MinVRAM(MiB)", "integer", ".spec.requirements.minVramMiB", "Least memory per GPU."
+            ),
+            _AGE,
+        ),
+        group=WOOLY_GROUP,
+        version=WOOLY_VERSION,
+        status=False,
+        source=_WOOLYAI,
+    ),
+    CRDKind(
+        model=WoolyNodePolicy,
+        kind="WoolyNodePolicy",
+        plural="woolynodepolicies",
+        singular="woolynodepolicy",
+        short_names=("wnp",),
+        description="WoolyAI's GPU limits for the nodes its targetSelector matches, read by "
+        "gpusched as a GPUNodePolicy.",
+        columns=(
+            _column("Clients/GPU", "integer", ".spec.maxClientsPerGPU", "Most pods on one GPU."),
+            _column("Clients/Node", "integer", ".spec.maxClientsPerNode", "Most GPU pods."),
+            _column(
+                "Overcommit+%",
+                "integer",
+                ".spec.vramOvercommitPercent",
+                "VRAM promised beyond the memory, percent (0 = none).",
+            ),
+            _AGE,
+        ),
+        group=WOOLY_GROUP,
+        version=WOOLY_VERSION,
+        status=False,
+        source=_WOOLYAI,
+    ),
+    CRDKind(
+        model=WoolyClusterGPUPolicy,
+        kind="ClusterGPUPolicy",
+        plural="clustergpupolicies",
+        singular="clustergpupolicy",
+        short_names=("wcgp",),
+        description="WoolyAI's cluster-wide GPU defaults (the one named default), read by "
+        "gpusched after its own ClusterGPUPolicy.",
+        columns=(
+            _column(
+                "Overcommit+%",
+                "integer",
+                ".spec.defaultVramOvercommitPercent",
+                "VRAM promised beyond the memory, percent (0 = none).",
+            ),
+            _AGE,
+        ),
+        group=WOOLY_GROUP,
+        version=WOOLY_VERSION,
+        status=False,
+        source=_WOOLYAI,
+    ),
+)
+
+CRD_NAMES: Final[tuple[str, ...]] = tuple(k.crd_name for k in (*KINDS, *WOOLYAI_KINDS))
 """``gpuclasses.gpusched.io``, ``gpunodepolicies.gpusched.io``,
-``clustergpupolicies.gpusched.io``: the files under ``deploy/crds/`` are these plus ``.yaml``."""
+``clustergpupolicies.gpusched.io`` and WoolyAI's ``gpuclasses.woolyai.dev``,
+``woolynodepolicies.woolyai.dev``, ``clustergpupolicies.woolyai.dev``: the files under
+``deploy/crds/`` are these plus ``.yaml``."""
 
 _DROPPED: Final = frozenset({"title", "default", "$defs"})
 _RST: Final = re.compile(r"``([^`]*)``")
@@ -245,7 +338,7 @@ def crd_manifest(kind: CRDKind) -> dict[str, Any]:
             },
         },
         "spec": {
-            "group": API_GROUP,
+            "group": kind.group,
             "scope": "Cluster",
             "names": {
                 "kind": kind.kind,
@@ -257,10 +350,10 @@ def crd_manifest(kind: CRDKind) -> dict[str, Any]:
             },
             "versions": [
                 {
-                    "name": VERSION,
+                    "name": kind.version,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    **({"subresources": {"status": {}}} if kind.status else {}),
                     "additionalPrinterColumns": [dict(c) for c in kind.columns],
                     "schema": {"openAPIV3Schema": _order(root)},
                 }
@@ -272,7 +365,7 @@ def crd_manifest(kind: CRDKind) -> dict[str, Any]:
 def render(kind: CRDKind) -> str:
     """The YAML file of ``kind``'s CRD, as written to ``deploy/crds/``."""
     header = (
-        f"# {kind.kind}: generated from gpusched/gpu_policy/models.py by\n"
+        f"# {kind.kind}: generated from {kind.source} by\n"
         "# `python -m gpusched.gpu_policy.crds`; edit the model, not this file.\n"
     )
     body = yaml.safe_dump(crd_manifest(kind), sort_keys=False, width=100)
@@ -280,9 +373,10 @@ def render(kind: CRDKind) -> str:
 
 
 def write_crds(directory: Path) -> list[Path]:
-    """Write every policy CRD into ``directory``; returns the files written."""
+    """Write every policy CRD (gpusched's and WoolyAI's) into ``directory``; returns the
+    files written."""
     written = []
-    for kind in KINDS:
+    for kind in (*KINDS, *WOOLYAI_KINDS):
         path = directory / kind.file_name
         path.write_text(render(kind))
         written.append(path)

@@ -34,6 +34,12 @@ class its status: ``matchingNodes``, ``matchingGPUs`` (MIG devices for a MIG cla
 ``Matched`` saying, when no GPU matches, the commonest reasons (:func:`~.resolve.match_class`),
 O(nodes x classes x GPUs) per flush.
 
+**WoolyAI's objects** (``woolyai.dev/v1alpha1`` ``ClusterGPUPolicy``, ``WoolyNodePolicy``,
+``GPUClass``; three more informers, ``on_woolyai_*``) are read as gpusched's
+(:mod:`~.woolyai`) and join the same resolution, by that module's precedence rule; a WoolyAI
+class whose name a gpusched class also has is not used (a Warning ``Shadowed`` Event on it).
+They get Events but no status writes.
+
 Not thread-safe; everything runs on the scheduler's event loop.
 """
 
@@ -71,6 +77,14 @@ from gpusched.gpu_policy.resolve import (
     policy_reports,
     select_cluster_policy,
 )
+from gpusched.gpu_policy.woolyai import (
+    KIND_CLASS,
+    KIND_CLUSTER,
+    KIND_NODE_POLICY,
+    WOOLY_API_VERSION,
+    parse_woolyai_object,
+)
+from gpusched.gpu_policy.woolyai import PLURALS as WOOLYAI_PLURALS
 from gpusched.inventory import GPUDevice
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIError, APIForbidden, APINotFound
@@ -79,6 +93,7 @@ __all__ = [
     "PLURALS",
     "REASON_INVALID",
     "REASON_OVERRIDDEN",
+    "REASON_SHADOWED",
     "EventFn",
     "PolicyManager",
     "StatusWrite",
@@ -101,7 +116,15 @@ REASON_INVALID: Final = "InvalidSpec"
 """Reason of the Warning Event and status condition on an object the scheduler ignores."""
 REASON_OVERRIDDEN: Final = "Overridden"
 """Reason of the Warning Event on a policy that loses a field it sets on some node."""
+REASON_SHADOWED: Final = "Shadowed"
+"""Reason of the Warning Event on a WoolyAI class not used: a gpusched class has its name."""
 _ACTION: Final = "Resolve"
+_WIRE_KIND: Final[dict[str, tuple[str, str]]] = {
+    KIND_CLUSTER: ("ClusterGPUPolicy", WOOLY_API_VERSION),
+    KIND_NODE_POLICY: ("WoolyNodePolicy", WOOLY_API_VERSION),
+    KIND_CLASS: ("GPUClass", WOOLY_API_VERSION),
+}
+"""WoolyAI's ref kinds -> (the object's kind, apiVersion); gpusched's are their own."""
 
 
 def sharing_policy(effective: EffectivePolicy) -> SharingPolicy:
@@ -166,8 +189,14 @@ class PolicyManager:
         self._objects: dict[str, dict[str, Any]] = {}
         self._node_policies: dict[str, GPUNodePolicy] = {}
         self._cluster_policies: dict[str, ClusterGPUPolicy] = {}
+        self._woolyai_node_policies: dict[str, GPUNodePolicy] = {}
+        self._woolyai_cluster_policies: dict[str, ClusterGPUPolicy] = {}
+        self._own_classes: dict[str, GPUClass] = {}
+        self._woolyai_classes: dict[str, GPUClass] = {}
         self._classes: dict[str, GPUClass] = {}
+        """The classes in use: gpusched's, and WoolyAI's whose name gpusched has not."""
         self._classes_view = types.MappingProxyType(self._classes)
+        self._told_shadowed: set[str] = set()
         self._invalid: dict[str, PolicyError] = {}
         self._labels: dict[str, Mapping[str, str]] = {}
         self._gpus: dict[str, tuple[GPUDevice, ...]] = {}
@@ -211,6 +240,50 @@ class PolicyManager:
 
     def on_class(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         self._on_object("GPUClass", kind, obj)
+        self._merge_class(_name(obj))
+
+    def on_woolyai_node_policy(
+        self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        if self._on_object(KIND_NODE_POLICY, kind, obj):
+            self._rebuild()
+
+    def on_woolyai_cluster_policy(
+        self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        if self._on_object(KIND_CLUSTER, kind, obj):
+            self._rebuild()
+
+    def on_woolyai_class(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._on_object(KIND_CLASS, kind, obj)
+        self._merge_class(_name(obj))
+
+    def _merge_class(self, name: str) -> None:
+        """The class in use under ``name``: gpusched's if it has one, else WoolyAI's; a
+        WoolyAI class it hides is told once (a Warning Event) while hidden. O(1)."""
+        own = self._own_classes.get(name)
+        woolyai = self._woolyai_classes.get(name)
+        chosen = own if own is not None else woolyai
+        if chosen is None:
+            self._classes.pop(name, None)
+        else:
+            self._classes[name] = chosen
+        ref = _ref(KIND_CLASS, name)
+        if own is None or woolyai is None:
+            self._told_shadowed.discard(ref)
+            return
+        if ref in self._told_shadowed:
+            return
+        self._told_shadowed.add(ref)
+        message = (
+            f"{ref} is not used: GPUClass/{name} (gpusched.io) has the same name and pods "
+            "asking for it get gpusched's; delete one of them, or rename WoolyAI's and the "
+            "pods' cuda.scheduler.io/gpu-class"
+        )
+        log.warning("%s", message)
+        obj = self._objects.get(ref)
+        if self._event is not None and obj is not None:
+            self._event(obj, "Warning", REASON_SHADOWED, _ACTION, message)
 
     def on_node(self, name: str, labels: Mapping[str, str] | None) -> None:
         """A node was added or changed (its ``labels``), or deleted (``None``). O(1) when its
@@ -248,7 +321,10 @@ class PolicyManager:
         stores: dict[str, dict[str, Any]] = {
             "GPUNodePolicy": self._node_policies,
             "ClusterGPUPolicy": self._cluster_policies,
-            "GPUClass": self._classes,
+            "GPUClass": self._own_classes,
+            KIND_NODE_POLICY: self._woolyai_node_policies,
+            KIND_CLUSTER: self._woolyai_cluster_policies,
+            KIND_CLASS: self._woolyai_classes,
         }
         store = stores[kind]
         before = store.get(name)
@@ -262,12 +338,14 @@ class PolicyManager:
             return before is not None
         # A list's items may lack their type (the API server's lists of built-in kinds do):
         # the Events about the object need it.
-        obj = {**obj, "apiVersion": obj.get("apiVersion") or API_VERSION, "kind": kind}
+        wire_kind, api_version = _WIRE_KIND.get(kind, (kind, API_VERSION))
+        obj = {**obj, "apiVersion": obj.get("apiVersion") or api_version, "kind": wire_kind}
         self._objects[ref] = obj
+        parse = parse_woolyai_object if kind in _WIRE_KIND else parse_policy_object
         try:
             # Without the status: it is our output, not the spec (another version's status
             # fields must not make the object invalid).
-            parsed = parse_policy_object({k: v for k, v in obj.items() if k != "status"})
+            parsed = parse({k: v for k, v in obj.items() if k != "status"})
         except PolicyError as err:
             self._invalid[ref] = err
             store.pop(name, None)
@@ -285,7 +363,7 @@ class PolicyManager:
     def _report_invalid(self, ref: str, obj: Mapping[str, Any], err: PolicyError) -> None:
         meanwhile = (
             "pods asking for this class are not placed"
-            if ref.startswith("GPUClass/")
+            if ref.startswith(("GPUClass/", f"{KIND_CLASS}/"))
             else "the scheduler uses the other policies and the built-in defaults"
         )
         message = f"{ref} is ignored until fixed: {'; '.join(err.problems)} ({meanwhile} meanwhile)"
@@ -302,7 +380,12 @@ class PolicyManager:
         """A policy changed: a new resolver, every node resolved again. O(nodes) plus one
         resolution per distinct combination of selected label values."""
         cluster, _ignored = select_cluster_policy(self._cluster_policies.values())
-        self.resolver = PolicyResolver(self._node_policies.values(), cluster)
+        woolyai, _ = select_cluster_policy(self._woolyai_cluster_policies.values())
+        self.resolver = PolicyResolver(
+            [*self._node_policies.values(), *self._woolyai_node_policies.values()],
+            cluster,
+            woolyai,
+        )
         for name in self._labels:
             self._resolve(name)
         self.dirty.set()
@@ -348,6 +431,8 @@ class PolicyManager:
     def _status(self, ref: str) -> StatusWrite | None:
         obj = self._objects[ref]
         kind, _, name = ref.partition("/")
+        if kind in WOOLYAI_PLURALS:
+            return None  # WoolyAI's CRDs have no status: Events only
         generation = _generation(obj)
         old = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or ()}
         now = self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -376,7 +461,7 @@ class PolicyManager:
             text = f"ignored until fixed: {'; '.join(err.problems)}"
             status["conditions"] = [cond(type_, False, REASON_INVALID, text)]
         elif kind == "GPUClass":
-            status.update(self._class_status(self._classes[name], cond))
+            status.update(self._class_status(self._own_classes[name], cond))
         elif kind == "ClusterGPUPolicy" and name != CLUSTER_POLICY_NAME:
             status["matchingNodes"] = 0
             status["conditions"] = [

@@ -5,8 +5,11 @@
 
 1. among the ``GPUNodePolicy`` objects whose ``nodeSelector`` matches the node and that *set*
    the field, the one with the most specific selector wins (more ``matchLabels`` entries plus
-   ``matchExpressions`` terms); equal specificity: the name first in alphabetical order;
-2. else the ``ClusterGPUPolicy`` named ``default``, if it sets the field;
+   ``matchExpressions`` terms); equal specificity: a gpusched object before one read from
+   WoolyAI's ``WoolyNodePolicy`` (:mod:`gpusched.gpu_policy.woolyai`), then the name first in
+   alphabetical order;
+2. else the ``ClusterGPUPolicy`` named ``default``, if it sets the field; else WoolyAI's
+   ``ClusterGPUPolicy`` named ``default`` (group ``woolyai.dev``), if it sets it;
 3. else the built-in default: sharing allowed, 10 clients per GPU (HAMi's
    ``deviceSplitCount``), no per-node limit, 100 % (no VRAM overcommit).
 
@@ -40,6 +43,7 @@ from gpusched.gpu_policy.models import (
     GPUNodePolicy,
     LabelSelector,
 )
+from gpusched.gpu_policy.woolyai import is_read_from_woolyai
 from gpusched.inventory import GPUDevice
 
 __all__ = [
@@ -57,6 +61,7 @@ __all__ = [
     "apply_class",
     "classes_matching",
     "match_class",
+    "policy_ref",
     "policy_reports",
     "resolve_policy",
     "select_cluster_policy",
@@ -87,7 +92,14 @@ _DEFAULTS: Final[dict[str, bool | int | None]] = {
 
 
 def _ref(obj: GPUNodePolicy | ClusterGPUPolicy) -> str:
-    return f"{obj.kind}/{obj.name}"
+    return policy_ref(obj)
+
+
+def policy_ref(obj: GPUClass | GPUNodePolicy | ClusterGPUPolicy) -> str:
+    """``Kind/name`` of the object, or of the WoolyAI object it was read from
+    (``WoolyNodePolicy/x``, ``ClusterGPUPolicy.woolyai.dev/default``): the key of reports and
+    the name in messages."""
+    return is_read_from_woolyai(obj) or f"{obj.kind}/{obj.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +124,9 @@ class EffectivePolicy:
     :data:`BUILTIN_SOURCE`; every field of :data:`FIELDS` is present once resolved."""
     matched: tuple[str, ...] = ()
     """Names of the node policies whose selector matches the node, in precedence order."""
+    matched_refs: tuple[str, ...] = ()
+    """The same policies by ``Kind/name`` (:func:`policy_ref`): unique where names are not
+    (a ``GPUNodePolicy`` and a ``WoolyNodePolicy`` may share one)."""
     overrides: tuple[Override, ...] = ()
     """Each (field, winner, loser) where a matching policy set a field and lost it."""
 
@@ -136,8 +151,9 @@ def select_cluster_policy(
     return chosen, tuple(sorted(ignored))
 
 
-def _precedence(policy: GPUNodePolicy) -> tuple[int, str]:
-    return (-policy.spec.node_selector.specificity, policy.name)
+def _precedence(policy: GPUNodePolicy) -> tuple[int, bool, str]:
+    woolyai = is_read_from_woolyai(policy) is not None
+    return (-policy.spec.node_selector.specificity, woolyai, policy.name)
 
 
 class PolicyResolver:
@@ -147,13 +163,19 @@ class PolicyResolver:
     memo), like the rest of the scheduling cycle.
     """
 
-    __slots__ = ("_cache", "_cluster", "_keys", "_policies")
+    __slots__ = ("_cache", "_cluster", "_clusters", "_keys", "_policies")
 
     def __init__(
-        self, node_policies: Iterable[GPUNodePolicy], cluster_policy: ClusterGPUPolicy | None
+        self,
+        node_policies: Iterable[GPUNodePolicy],
+        cluster_policy: ClusterGPUPolicy | None,
+        woolyai_cluster_policy: ClusterGPUPolicy | None = None,
     ) -> None:
         self._policies: tuple[GPUNodePolicy, ...] = tuple(sorted(node_policies, key=_precedence))
         self._cluster = cluster_policy
+        self._clusters: tuple[ClusterGPUPolicy, ...] = tuple(
+            c for c in (cluster_policy, woolyai_cluster_policy) if c is not None
+        )
         keys: set[str] = set()
         for policy in self._policies:
             keys |= policy.spec.node_selector.keys()
@@ -168,6 +190,11 @@ class PolicyResolver:
     @property
     def cluster_policy(self) -> ClusterGPUPolicy | None:
         return self._cluster
+
+    @property
+    def cluster_policies(self) -> tuple[ClusterGPUPolicy, ...]:
+        """gpusched's ``default`` then WoolyAI's, those that exist: consulted in this order."""
+        return self._clusters
 
     def resolve(self, labels: Mapping[str, str]) -> EffectivePolicy:
         """The effective limits of a node with ``labels``. O(P·s) the first time a
@@ -194,11 +221,12 @@ class PolicyResolver:
                     values[name] = value
                 else:
                     overrides.append(Override(wire, winner, _ref(policy)))
-            if winner is None and self._cluster is not None:
-                value = getattr(self._cluster.spec, name)
+            for cluster in self._clusters if winner is None else ():
+                value = getattr(cluster.spec, name)
                 if value is not None:
-                    winner = _ref(self._cluster)
+                    winner = _ref(cluster)
                     values[name] = value
+                    break
             if winner is None:
                 values[name] = _DEFAULTS[name]
                 winner = BUILTIN_SOURCE
@@ -218,6 +246,7 @@ class PolicyResolver:
             vram_overcommit_percent=percent,
             source=source,
             matched=tuple(p.name for p in matched),
+            matched_refs=tuple(_ref(p) for p in matched),
             overrides=tuple(overrides),
         )
 
@@ -264,9 +293,9 @@ class PolicyReport:
                 parts.append(f"{wire} on {len(nodes)} nodes ({shown}) to {winner}")
         return (
             f"{self.ref} loses " + "; ".join(parts) + ": on a node matched by several "
-            "GPUNodePolicies each field goes to the most specific nodeSelector (ties: the "
-            "first name); remove the field from one of them or make the intended selector "
-            "more specific"
+            "GPUNodePolicies each field goes to the most specific nodeSelector (ties: a "
+            "GPUNodePolicy before a WoolyNodePolicy, then the first name); remove the field "
+            "from one of them or make the intended selector more specific"
         )
 
 
@@ -277,14 +306,12 @@ def policy_reports(
     nodes and who overrode it where. Every node policy and the cluster policy get a report.
     O(nodes · P) (resolution memoised)."""
     reports = {_ref(p): PolicyReport(_ref(p)) for p in resolver.node_policies}
-    cluster = resolver.cluster_policy
-    if cluster is not None:
+    for cluster in resolver.cluster_policies:
         reports[_ref(cluster)] = PolicyReport(_ref(cluster), matching_nodes=len(nodes))
-    by_name = {p.name: _ref(p) for p in resolver.node_policies}
     for node in sorted(nodes):
         effective = resolver.resolve(nodes[node])
-        for name in effective.matched:
-            reports[by_name[name]].matching_nodes += 1
+        for ref in effective.matched_refs:
+            reports[ref].matching_nodes += 1
         for winner in set(effective.source.values()):
             if winner in reports:
                 reports[winner].applied_nodes += 1
@@ -427,5 +454,6 @@ def apply_class(policy: EffectivePolicy, cls: GPUClass) -> EffectivePolicy:
         vram_overcommit_percent=policy.vram_overcommit_percent,
         source=source,
         matched=policy.matched,
+        matched_refs=policy.matched_refs,
         overrides=policy.overrides,
     )

@@ -639,7 +639,7 @@ def test_choices_survive_a_cloned_state() -> None:
 
 
 def test_requeued_when_a_gpu_pod_goes() -> None:
-    pod_event, node_event, inventory_event = GPUFit().events_to_register()
+    pod_event, node_event, inventory_event, _class_event = GPUFit().events_to_register()
     assert (node_event.event.resource, inventory_event.event.resource) == (
         "Node",
         "GPUNodeInventory",
