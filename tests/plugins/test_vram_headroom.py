@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from builders import Cluster, PodBuilder, make_node, make_pod, run_cycle
 
-from gpusched.cache.ledger import GPUDevice, MIGInstance, NodeLedger, SharingPolicy
+from gpusched.cache.ledger import DEFAULT_POLICY, GPUDevice, MIGInstance, NodeLedger, SharingPolicy
 from gpusched.framework import CycleState, SignPlugin, build_frameworks, in_tree, parse_config
 from gpusched.plugins.vram_headroom import Share, VRAMHeadroom, headroom_score, share_of
 
@@ -19,7 +19,7 @@ OVER = SharingPolicy(vram_percent=150)
 NO_SHARING = SharingPolicy(allow_shared=False)
 
 
-def _ledger(*memories: int | None, policy: SharingPolicy = SharingPolicy()) -> NodeLedger:
+def _ledger(*memories: int | None, policy: SharingPolicy = DEFAULT_POLICY) -> NodeLedger:
     return NodeLedger(
         [GPUDevice(i, f"GPU-{i}", "X", m, policy=policy) for i, m in enumerate(memories)],
         policy=policy,
