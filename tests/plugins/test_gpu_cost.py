@@ -226,3 +226,25 @@ def test_in_a_profile_class_prices_rank_nodes() -> None:
     cluster = Cluster(_h100("h"), make_node("v").dgx1())
     fw = build_frameworks(parse_config(_config()), in_tree(), gpu_classes=classes)["gpusched"]
     assert run_cycle(fw, make_pod("p").gpus(1).obj(), cluster.nodes()).best == "v"
+
+
+def test_all_names_the_public_api() -> None:
+    import gpusched.plugins.gpu_cost as module
+
+    classes_and_functions = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", "") == module.__name__
+    }
+    assert classes_and_functions <= set(module.__all__)
+    assert sorted(module.__all__) == sorted(
+        [
+            "CHEAP_LABEL",
+            "NAME",
+            "PRICE_LABEL",
+            "GPUCost",
+            "GPUCostArgs",
+            "parse_price",
+            "price_score",
+        ]
+    )

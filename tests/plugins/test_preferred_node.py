@@ -93,3 +93,15 @@ def test_in_a_profile(bound_on_b: int, pod_gpus: int, want: str) -> None:
     fw = build_frameworks(parse_config(CONFIG), in_tree())["gpusched"]
     result = run_cycle(fw, _pod("b", gpus=pod_gpus), cluster.nodes())
     assert result.best == want
+
+
+def test_all_names_the_public_api() -> None:
+    import gpusched.plugins.preferred_node as module
+
+    classes_and_functions = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", "") == module.__name__
+    }
+    assert classes_and_functions <= set(module.__all__)
+    assert sorted(module.__all__) == sorted(["NAME", "PreferredNode", "preferred_node"])

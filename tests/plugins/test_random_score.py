@@ -100,3 +100,17 @@ def test_pods_spread_over_the_nodes_in_a_profile() -> None:
     fw = build_frameworks(parse_config(_config("{seed: 11}")), in_tree())["gpusched"]
     chosen = Counter(run_cycle(fw, _pod(f"p{i}"), cluster.nodes()).best for i in range(80))
     assert len(chosen) == 8  # binpack alone would put all 80 on one node's order
+
+
+def test_all_names_the_public_api() -> None:
+    import gpusched.plugins.random_score as module
+
+    classes_and_functions = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", "") == module.__name__
+    }
+    assert classes_and_functions <= set(module.__all__)
+    assert sorted(module.__all__) == sorted(
+        ["NAME", "RandomScore", "RandomScoreArgs", "random_score"]
+    )

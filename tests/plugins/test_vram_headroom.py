@@ -148,3 +148,17 @@ def test_a_profile_spreads_shares_by_vram(weight: int | None, spread: bool) -> N
         assert sorted(placed) == ["b", "c"]  # the emptiest nodes first, then each other
     else:
         assert placed == ["a", "a"]  # GPUFit's binpack alone fills the busy node
+
+
+def test_all_names_the_public_api() -> None:
+    import gpusched.plugins.vram_headroom as module
+
+    classes_and_functions = {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and getattr(value, "__module__", "") == module.__name__
+    }
+    assert classes_and_functions <= set(module.__all__)
+    assert sorted(module.__all__) == sorted(
+        ["NAME", "Share", "VRAMHeadroom", "headroom_score", "share_of"]
+    )
