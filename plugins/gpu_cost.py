@@ -124,6 +124,9 @@ class _Prices:
     key: Hashable
 
 
+_PRICES: Final = StateKey[_Prices]("PreScoreGPUCost")
+
+
 class GPUCost(PreScorePlugin, ScorePlugin, SignPlugin):
     """Cheaper nodes (price label, GPUClass price, cheap label) score higher."""
 
@@ -251,6 +254,3 @@ class GPUCost(PreScorePlugin, ScorePlugin, SignPlugin):
             self._args.price_label,
             raw,
         )
-
-
-_PRICES: Final = StateKey[_Prices]("PreScoreGPUCost")
