@@ -24,6 +24,13 @@ Profiles, each on a fresh cache:
   MostAllocated`` too. As shipped, NodeResourcesFit scores ``LeastAllocated`` (upstream's
   default: it spreads pods over nodes by cpu and memory), which pulls against GPUFit's
   binpack; this is the configuration a cluster that wants packing would deploy.
+- **cost**: the shipped binpack profile plus GPUCost (weight 20, ``maxPrice: 5``), on nodes
+  labelled ``gpusched.io/gpu-price`` by GPU kind (:data:`PRICES`, per GPU-hour, illustrative:
+  A40 1, V100 2, H100 PCIe 3, H100 SXM 4), so the cheapest kind that fits wins and binpack
+  breaks ties. Every profile is costed with the same table (``gpu_price_per_hour``).
+- **random**: the shipped binpack profile plus RandomScore (weight 100, ``seed`` the stream's):
+  a uniformly random feasible node. RandomScore does not sign pods, so this profile takes the
+  sampled full cycle for every pod (``percentageOfNodesToScore``), as kube-scheduler does.
 - **first-fit**, the baseline: a *plain loop over the device ledgers*, not a scheduler
   profile: the first node in fleet order whose ledger can take the pod, and there the lowest
   device indices (shared: the lowest indices ``NodeLedger.shareable_devices`` lists; MIG: the
@@ -38,7 +45,9 @@ count; 0 for first-fit, which is no scheduler), pods placed / unplaced (by kind)
 fully idle once the stream is through (no holder; a MIG GPU counts when none of its MIG devices
 is held, and those are also given apart), and stranded VRAM: the free memory of shared GPUs that
 are partly used but cannot take the smallest shared request of the stream (10Gi), so memory no
-pod of this stream could use. Pods placed is not a quality figure alone: once the fleet is full
+pod of this stream could use; and ``gpu_price_per_hour``, what the GPUs in use cost by
+:data:`PRICES` (a GPU counts whole as soon as any pod holds it or one of its MIG devices).
+Pods placed is not a quality figure alone: once the fleet is full
 a strategy that places many small shares instead of whole-GPU pods places more pods.
 
     python benchmarks/gpu_mix.py [--nodes 500,5000] [--pods 3000] [--warmup 500] [--seed 0]
@@ -71,6 +80,7 @@ import scheduler_perf  # noqa: E402  (a sibling script, not a package)
 
 __all__ = [
     "MIN_SHARED_GIB",
+    "PRICES",
     "PROFILES",
     "TARGET_INMEM",
     "allocation_quality",
@@ -81,7 +91,11 @@ __all__ = [
     "run_profile",
 ]
 
-PROFILES = ("binpack", "binpack-most-allocated", "spread", "first-fit")
+PROFILES = ("binpack", "binpack-most-allocated", "spread", "cost", "random", "first-fit")
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+PRICES = {"a40-8x": 1.0, "dgx-1v": 2.0, "h100-pcie-4x": 3.0, "dgx-h100": 4.0}
+"""Price per GPU-hour by the mixed fleet's instance type, for the cost profile and costing."""
+PRICE_LABEL = "gpusched.io/gpu-price"
 TARGET_INMEM = 2000
 SHARED_GIB = (10, 20, 30, 40)
 MIN_SHARED_GIB = min(SHARED_GIB)
@@ -141,12 +155,19 @@ def mixed_stream(count: int, seed: int, tag: str = "") -> list[tuple[str, dict[s
 
 
 def _scheduler(
-    strategy: str, fleet: list[Any], seed: int, percentage: int = 0, most_allocated: bool = False
+    strategy: str,
+    fleet: list[Any],
+    seed: int,
+    percentage: int = 0,
+    most_allocated: bool = False,
+    extra: tuple[tuple[str, int, dict[str, Any]], ...] = (),
+    priced: bool = False,
 ) -> Any:
     """The shipped scheduler, GPUFit ``strategy`` set (and NodeResourcesFit's
-    ``MostAllocated`` when asked), cache filled from ``fleet`` directly."""
+    ``MostAllocated`` when asked, and each ``extra`` (plugin, weight, args) enabled), cache
+    filled from ``fleet`` directly (its nodes labelled with :data:`PRICES` when ``priced``)."""
     from gpusched.framework import default_config
-    from gpusched.framework.config import PluginConfig
+    from gpusched.framework.config import PluginConfig, PluginRef
     from gpusched.kube.client import Kube
     from gpusched.scheduler import Scheduler
 
@@ -155,13 +176,27 @@ def _scheduler(
     if most_allocated:
         args = {"scoringStrategy": {"type": "MostAllocated"}}
         plugin_config.append(PluginConfig(name="NodeResourcesFit", args=args))
-    profile = config.profiles[0].model_copy(update={"plugin_config": plugin_config})
+    plugins = config.profiles[0].plugins
+    multi = plugins.multi_point
+    refs = [PluginRef(name=name, weight=weight) for name, weight, _ in extra]
+    plugin_config += [PluginConfig(name=name, args=args) for name, _, args in extra if args]
+    plugins = plugins.model_copy(
+        update={"multi_point": multi.model_copy(update={"enabled": [*multi.enabled, *refs]})}
+    )
+    profile = config.profiles[0].model_copy(
+        update={"plugin_config": plugin_config, "plugins": plugins}
+    )
     config = config.model_copy(
         update={"profiles": [profile], "percentage_of_nodes_to_score": percentage}
     )
     scheduler = Scheduler(Kube(cast(Any, None)), config, rng=random.Random(seed))
     for sim_node in fleet:
-        scheduler.cache.add_node(sim_node.node)
+        node = sim_node.node
+        price = PRICES.get(node["metadata"].get("labels", {}).get(INSTANCE_TYPE, ""))
+        if priced and price is not None:
+            node = json.loads(json.dumps(node))
+            node["metadata"]["labels"][PRICE_LABEL] = str(price)
+        scheduler.cache.add_node(node)
         if sim_node.inventory is not None:
             scheduler.cache.set_inventory(sim_node.name, sim_node.inventory)
     scheduler.cache.update_snapshot(scheduler.snapshot)
@@ -212,21 +247,25 @@ def first_fit(snapshot: Any, order: list[str], kind: str, pod: dict[str, Any]) -
 def allocation_quality(snapshot: Any, min_share_mib: int) -> dict[str, Any]:
     """GPUs, fully idle GPUs and stranded VRAM over every node of ``snapshot``. O(GPUs)."""
     gpus = idle = mig_idle = stranded_mib = partly = 0
+    price_in_use = 0.0
     for info in snapshot.node_infos():
         ledger = info.ledger
         if not ledger.gpu_count:
             continue
         fits = set(ledger.shareable_devices(min_share_mib))
+        price = PRICES.get(info.labels.get(INSTANCE_TYPE, ""), 0.0)
         for device in ledger.devices:
             gpus += 1
             if device.mig_enabled:
                 untouched = all(m.holder is None for m in device.mig)
                 idle += untouched
                 mig_idle += untouched
+                price_in_use += 0.0 if untouched else price
                 continue
             if not device.holders:
                 idle += 1
                 continue
+            price_in_use += price
             if device.exclusive is None and device.memory_mib is not None:
                 partly += 1
                 if device.index not in fits:
@@ -237,6 +276,7 @@ def allocation_quality(snapshot: Any, min_share_mib: int) -> dict[str, Any]:
         "mig_gpus_fully_idle": mig_idle,
         "gpus_shared_partly_used": partly,
         "stranded_vram_gib": round(stranded_mib / 1024, 1),
+        "gpu_price_per_hour": round(price_in_use, 1),
     }
 
 
@@ -257,7 +297,12 @@ def run_profile(
     gc.collect()
     strategy = "spread" if profile == "spread" else "binpack"
     most = profile == "binpack-most-allocated"
-    scheduler = _scheduler(strategy, fleet, seed, percentage, most)
+    extra: tuple[tuple[str, int, dict[str, Any]], ...] = ()
+    if profile == "cost":
+        extra = (("GPUCost", 20, {"maxPrice": max(PRICES.values()) + 1}),)
+    elif profile == "random":
+        extra = (("RandomScore", 100, {"seed": seed}),)
+    scheduler = _scheduler(strategy, fleet, seed, percentage, most, extra, profile == "cost")
     fw = scheduler.frameworks["gpusched"]
     cache, snapshot, rng = scheduler.cache, scheduler.snapshot, scheduler.rng
     order = [n.name for n in fleet]
@@ -405,14 +450,15 @@ def print_table(figures: dict[str, Any]) -> None:
     print("Mixed workload in memory: throughput and allocation quality per strategy")
     print(
         f"{'nodes':>6} {'profile':22} {'pods/s':>8} {'placed':>7} {'unplaced':>8} "
-        f"{'GPUs':>6} {'idle GPUs':>9} {'of them MIG':>11} {'stranded GiB':>12} {'evaluated':>9}"
+        f"{'GPUs':>6} {'idle GPUs':>9} {'of them MIG':>11} {'stranded GiB':>12} {'evaluated':>9} "
+        f"{'price/h':>8}"
     )
     for r in figures["runs"]:
         print(
             f"{r['nodes']:>6} {r['profile']:22} {r['pods_per_s']:>8,.0f} {r['pods_placed']:>7} "
             f"{r['pods_unplaced']:>8} {r['gpus']:>6} {r['gpus_fully_idle']:>9} "
             f"{r['mig_gpus_fully_idle']:>11} {r['stranded_vram_gib']:>12,.1f} "
-            f"{r['nodes_evaluated_per_pod']:>9,.0f}"
+            f"{r['nodes_evaluated_per_pod']:>9,.0f} {r['gpu_price_per_hour']:>8,.0f}"
         )
     for ref in figures.get("whole_gpu_reference", []):
         print(f"{ref['nodes']:>6} whole-GPU reference (dgx-h100, 1 GPU): {ref['pods_per_s']:,.0f}")

@@ -52,6 +52,7 @@ RUN_FIELDS = [
     ("nodes_evaluated_per_pod", float),
     ("gpus_shared_partly_used", int),
     ("stranded_vram_gib", float),
+    ("gpu_price_per_hour", float),
 ]
 
 
@@ -61,6 +62,8 @@ def test_every_run_has_the_field(figures: dict[str, Any], field: str, kind: type
         "binpack",
         "binpack-most-allocated",
         "spread",
+        "cost",
+        "random",
         "first-fit",
     ]
     for run in figures["runs"]:

@@ -29,11 +29,13 @@ EXPECTED = [
     "DefaultBinder",
     "SchedulingGates",
 ]
+OPT_IN = ["GPUCost", "PreferredNode", "RandomScore", "VRAMHeadroom"]
+"""Score strategies a profile enables and weights (docs/strategies.md); none by default."""
 
 
-def test_every_built_in_plugin_is_enabled_by_default() -> None:
+def test_every_built_in_plugin_but_the_score_strategies_is_enabled_by_default() -> None:
     assert [ref.name for ref in default_plugins().multi_point.enabled] == EXPECTED
-    assert sorted(in_tree()) == sorted(EXPECTED)
+    assert sorted(in_tree()) == sorted(EXPECTED + OPT_IN)
 
 
 def test_the_default_configuration_builds() -> None:
