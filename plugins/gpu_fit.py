@@ -111,6 +111,7 @@ from gpusched.gpu_policy.models import GPUClass
 from gpusched.gpu_policy.resolve import ClassMatch, match_class
 from gpusched.gpu_requests import GPURequest as PodRequest
 from gpusched.gpu_requests import RequestError, read_gpu_request
+from gpusched.gpu_requests.native import EXCLUSIVE as EXCLUSIVE_ANNOTATION
 from gpusched.gpu_requests.native import GPU_CLASS as GPU_CLASS_ANNOTATION
 from gpusched.gpu_requests.woolyai import GPU_CLASS as WOOLYAI_GPU_CLASS_ANNOTATION
 from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory, mig_resource_name
@@ -1079,6 +1080,20 @@ class GPUFit(
             admitted = (pod.get("metadata") or {}).get("annotations") or {}
             if MIG_FALLBACK_APPLIED in admitted:  # the webhook rewrote the request
                 self._fallback_event(pod, node_name, admitted[MIG_FALLBACK_APPLIED], True)
+        request = plan.request
+        if (
+            plan.gpu_class is not None
+            and request.exclusive
+            and request.mode == "shared"
+            and request.source == "gpusched"
+            and choice.gpu_ids
+            and EXCLUSIVE_ANNOTATION not in ((pod.get("metadata") or {}).get("annotations") or {})
+        ):
+            # The class made the share exclusive: say so on the pod, or the cache, which books a
+            # bound pod from its own request, would book it as a share once it is bound (and a
+            # share could join it on a node that overcommits VRAM). Only in gpusched's own form:
+            # another form states exclusivity its own way, and two forms must not contradict.
+            extra[EXCLUSIVE_ANNOTATION] = "true"
         if plan.request.source == "woolyai" and choice.gpu_ids:
             # WoolyAI's node side reads these (seed 000, "Scheduler-Populated Annotations"):
             # the indices, comma-separated, and the slice promised on each GPU.

@@ -359,3 +359,25 @@ def test_several_gpus_of_a_class_are_chosen_by_topology() -> None:
     choice = choice_for(state, "n")
     assert choice is not None
     assert choice.gpu_ids == (2, 3)
+
+
+def test_an_exclusive_class_is_written_on_the_pod_at_reserve() -> None:
+    """The class made the share exclusive; the Binding says so (``gpusched.io/exclusive``), so
+    the cache books the bound pod alone on its GPU, as it was placed."""
+    from gpusched.plugins.default_binder import BINDING_ANNOTATIONS
+
+    cluster = Cluster(make_node("n").gpus(2, topology="pcie"))
+    plugin = GPUFit(handle=cast(Handle, _Handle(cluster.snapshot())))
+    pod = classed(make_pod().shared(1, "10Gi"), "dedicated")
+    state, _pre, status = run(plugin, pod, cluster)
+    assert status is SUCCESS
+    assert plugin.reserve(state, pod.obj(), "n") is SUCCESS
+    assert state.get(BINDING_ANNOTATIONS) == {"gpusched.io/exclusive": "true"}
+    # A pod that says it itself gets nothing more; a shared class writes nothing.
+    says_it = classed(make_pod("b").shared(1, "10Gi"), "dedicated").exclusive()
+    shared_class = classed(make_pod("c").shared(1, "10Gi"), "h100")
+    for pod in (says_it, shared_class):
+        state, _pre, status = run(plugin, pod, cluster)
+        assert status is SUCCESS
+        assert plugin.reserve(state, pod.obj(), "n") is SUCCESS
+        assert state.get(BINDING_ANNOTATIONS) is None
