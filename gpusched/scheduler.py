@@ -265,7 +265,17 @@ class Scheduler:
             EquivalenceCache(self.rng) if self.config.opportunistic_batching else None
         )
         for fw in self.frameworks.values() if self.equivalence is not None else ():
-            unsigned = fw.unsigned_plugins()
+            by_design = fw.unsigned_by_design()
+            for name, why in by_design.items():
+                log.warning(
+                    "plugin %s never signs pods (%s): pods of profile %s are not batched into "
+                    "equivalence classes (the fast path) and each takes a full Filter and Score "
+                    "cycle",
+                    name,
+                    why,
+                    fw.profile_name,
+                )
+            unsigned = [n for n in fw.unsigned_plugins() if n not in by_design]
             if unsigned:
                 log.warning(
                     "plugin%s %s %s not a SignPlugin: pods of profile %s are not batched into "

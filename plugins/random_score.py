@@ -88,6 +88,7 @@ class RandomScore(PreScorePlugin, ScorePlugin):
 
     NAME = NAME
     ARGS = RandomScoreArgs
+    UNSIGNED_BY_DESIGN = "a random score per pod: signed, it would be one shuffle for all"
 
     def __init__(self, args: RandomScoreArgs | None = None) -> None:
         self._seed = (args or RandomScoreArgs()).seed

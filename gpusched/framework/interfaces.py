@@ -383,6 +383,11 @@ class Plugin(abc.ABC):
 
     NAME: ClassVar[str]
     ARGS: ClassVar[type[BaseModel] | None] = None
+    UNSIGNED_BY_DESIGN: ClassVar[str] = ""
+    """For a plugin that decides where pods fit and is deliberately not a ``SignPlugin`` (its
+    verdict differs for pods that look alike, e.g. a random score): why, in a few words. The
+    start-up warning about the profile losing batching then gives this reason instead of
+    asking for ``sign_pod``."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -454,6 +454,11 @@ class Framework:
             for p in (self._plugins[name] for name in at[key])
         }
         self._unsigned = tuple(n for n, p in deciders.items() if not isinstance(p, SignPlugin))
+        self._unsigned_by_design = {
+            n: deciders[n].UNSIGNED_BY_DESIGN
+            for n in self._unsigned
+            if deciders[n].UNSIGNED_BY_DESIGN
+        }
         self._signers: tuple[Callable[[Pod], Hashable | None], ...] | None = (
             None
             if self._unsigned
@@ -660,6 +665,11 @@ class Framework:
         order. Any one of them keeps every pod of the profile off the batched path
         (equivalence classes): ``sign_pod`` is then always ``None``."""
         return self._unsigned
+
+    def unsigned_by_design(self) -> dict[str, str]:
+        """Those of :meth:`unsigned_plugins` that say why they never sign
+        (``Plugin.UNSIGNED_BY_DESIGN``), with the reason."""
+        return dict(self._unsigned_by_design)
 
     @property
     def queue_sort_key(self) -> Callable[[QueuedPodInfo], tuple[Any, ...]]:

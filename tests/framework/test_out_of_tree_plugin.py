@@ -220,6 +220,29 @@ def test_a_plugin_that_does_not_sign_is_named_once_at_start(
     assert not [r for r in caplog.records if "SignPlugin" in r.getMessage()]  # all sign
 
 
+def test_a_plugin_unsigned_by_design_says_why_instead(caplog: pytest.LogCaptureFixture) -> None:
+    class Dice(Unsigned):
+        NAME = "Dice"
+        UNSIGNED_BY_DESIGN = "a random score per pod"
+
+    registry = in_tree().merged([])
+    registry.register(Dice)
+    config = apply_default_plugins(
+        SchedulerConfiguration(
+            profiles=[
+                Profile(plugins=Plugins(multi_point=PluginSet(enabled=[PluginRef(name="Dice")])))
+            ]
+        )
+    )
+    with caplog.at_level(logging.WARNING, logger="gpusched.scheduler"):
+        Scheduler(Kube(cast(Any, None)), config, registry=registry)
+    assert [r.getMessage() for r in caplog.records if "Dice" in r.getMessage()] == [
+        "plugin Dice never signs pods (a random score per pod): pods of profile gpusched are "
+        "not batched into equivalence classes (the fast path) and each takes a full Filter and "
+        "Score cycle"
+    ]
+
+
 def test_the_readme_shows_what_this_test_runs() -> None:
     """The README's "Writing a plugin" shows the package's two files and this configuration,
     verbatim (each code block after its first line, which names the file)."""
