@@ -97,7 +97,7 @@ from gpusched.framework import (
 from gpusched.gpu_requests import GPURequest as PodRequest
 from gpusched.gpu_requests import RequestError, read_gpu_request
 from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory, mig_resource_name
-from gpusched.topology import GPUTopology, build_topology
+from gpusched.topology import GPUTopology, build_topology, set_quality
 
 from ._helper import pod_of, pod_spec
 from .default_binder import BINDING_ANNOTATIONS, BindingAnnotations
@@ -290,7 +290,6 @@ class _Plan:
 
 _REQUEST: Final = StateKey[GPURequest]("PreFilterGPUFit")
 _PLAN: Final = StateKey[_Plan]("PreFilterGPUFit/plan")
-_BEST_TOPOLOGY: Final = StateKey[int]("PreScoreGPUFit")
 
 
 def choice_for(state: CycleState, node_name: str) -> GPUChoice | None:
@@ -477,7 +476,7 @@ class GPUFit(
 
     def sign_pod(self, pod: Pod) -> Hashable | None:
         """``(NAME, 0)`` for a pod asking no whole GPUs; ``(NAME, N, priority)`` for one asking
-        ``N`` when its score does not depend on the cycle's other nodes; else ``None``.
+        ``N``; shared and MIG pods by :meth:`_sign_read`; ``None`` for a pod PreFilter rejects.
 
         Why each case keeps :meth:`SignPlugin.sign_pod`'s contract:
 
@@ -487,11 +486,9 @@ class GPUFit(
         - ``N`` whole GPUs: PreFilter writes :class:`GPURequest` (``N`` and the priority,
           hence both in the fragment); Filter reads only ``N`` and the node (its choice is a
           function of the node's free GPUs and layout, and is reused for the same generation);
-        - Score reads PreScore's ``best``, the highest topology score among the cycle's
-          feasible nodes, when ``N >= 2`` and ``topologyWeight > 0``: that is relative to the
-          other nodes, so such a pod is ``None``. With ``N = 1`` topology does not apply, and
-          with ``topologyWeight = 0`` the formula reduces to ``100 * used // whole``
-          whatever ``best`` is, so those are signed.
+        - Score reads the choice (its set's :func:`~gpusched.topology.set_quality`, a fixed
+          scale, and the node's GPUs in use) and the weights: a function of ``N`` and the node
+          alone, whatever the cycle's other nodes are, for every ``N`` and both weights.
 
         No cache: the parse is the one PreFilter does (a few microseconds). Never raises.
         """
@@ -504,8 +501,6 @@ class GPUFit(
             return None
         if request is None:
             return (NAME, 0) if status.is_skip else None
-        if request.count >= 2 and self._wt > 0:
-            return None
         return (NAME, request.count, request.priority)
 
     @staticmethod
@@ -648,32 +643,40 @@ class GPUFit(
     def _share_choice(
         ledger: NodeLedger, chosen: tuple[int, ...], shares: Mapping[int, int], exclusive: bool
     ) -> GPUChoice:
-        """The choice, with its fill: the mean of the chosen GPUs' reserved share of their
-        capacity after the pod and the share of the node's GPUs (MIG off) in use after it."""
+        """The choice, with its binpack fill (:func:`_join_band` / :func:`_open_band`): when
+        every chosen GPU is already in use (a share joining), ``50 + g // 2`` for the chosen
+        GPUs' reserved VRAM over capacity after the pod, ``g``; when the pod takes an idle
+        GPU (an exclusive pod always does), the node's GPUs (MIG off) in use *before* it on
+        0..49. O(GPUs)."""
         devices = ledger.devices
         reserved = capacity = 0
+        opens = exclusive
         for i in chosen:
             device = devices[i]
             cap = device.policy.capacity_mib(device.memory_mib or 0)
             capacity += cap
             reserved += cap if exclusive else min(device.reserved_mib + shares[i], cap)
+            if not device.holders:
+                opens = True
         whole = busy = 0
         for device in devices:
             if not device.mig_enabled:
                 whole += 1
-                if device.holders or device.index in chosen:
+                if device.holders:
                     busy += 1
-        gpu_fill = MAX_NODE_SCORE * reserved // capacity if capacity else MAX_NODE_SCORE
-        node_fill = MAX_NODE_SCORE * busy // whole if whole else MAX_NODE_SCORE
+        if opens:
+            fill = _open_band(busy, whole)
+        else:
+            fill = _join_band(MAX_NODE_SCORE * reserved // capacity if capacity else 0)
         uuids = tuple(devices[i].uuid or "" for i in chosen)
         return GPUChoice(
             gpu_ids=chosen,
             uuids=uuids if all(uuids) else (),
             vram_mib=tuple(shares[i] for i in chosen),
             topology_score=0,
-            free_after=whole - busy,
+            free_after=whole - busy - sum(1 for i in chosen if not devices[i].holders),
             whole_gpus=whole,
-            fill=(gpu_fill + node_fill) // 2,
+            fill=fill,
         )
 
     @staticmethod
@@ -837,18 +840,11 @@ class GPUFit(
     # -- PreScore / Score ------------------------------------------------------------------
 
     def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status:
-        if _PLAN in state:
+        """Skip for a pod asking no GPUs; else nothing to do (every score is a function of
+        the node's choice alone), so Score runs. O(1)."""
+        if _PLAN in state or _REQUEST in state:
             return SUCCESS
-        if _REQUEST not in state:
-            return Status.skip()
-        choices = state.get(GPU_CHOICES) or GPUChoices()
-        best = 0
-        for node_info in nodes:
-            choice = choices.get(node_info.name)
-            if choice is not None and choice.topology_score > best:
-                best = choice.topology_score
-        state.write(_BEST_TOPOLOGY, best)
-        return SUCCESS
+        return Status.skip()
 
     def score(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> tuple[int, Status]:
         choice = choice_for(state, node_info.name)
@@ -859,14 +855,20 @@ class GPUFit(
                 plugin=NAME,
             )
         if choice.fill >= 0:  # shared or MIG: the strategy's score
-            return (MAX_NODE_SCORE - choice.fill if self._spread else choice.fill), SUCCESS
-        best = state.get(_BEST_TOPOLOGY) or 0
+            fill = choice.fill
+            plan = state.get(_PLAN)
+            if plan is not None and plan.request.mode == "mig" and choice.gpu_ids:
+                fill = _mig_band(node_info.ledger, choice)
+            return (MAX_NODE_SCORE - fill if self._spread else fill), SUCCESS
         whole = choice.whole_gpus
         used = whole - choice.free_after
         wt, wp = self._wt, self._wp
-        if len(choice.gpu_ids) >= 2 and best > 0:
-            numerator = MAX_NODE_SCORE * (wt * choice.topology_score * whole + wp * used * best)
-            return numerator // ((wt + wp) * best * whole), SUCCESS
+        n = len(choice.gpu_ids)
+        if n >= 2 and wt:
+            # Topology on a fixed scale (set_quality), so the score is the node's alone.
+            quality = set_quality(choice.topology_score, n)
+            numerator = wt * quality * whole + wp * MAX_NODE_SCORE * used
+            return numerator // ((wt + wp) * whole), SUCCESS
         return (MAX_NODE_SCORE * used // whole if wp else 0), SUCCESS
 
     # -- Reserve -----------------------------------------------------------------------------
@@ -943,6 +945,45 @@ class GPUFit(
             ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD | ActionType.UPDATE)),
             ClusterEventWithHint(ClusterEvent("GPUNodeInventory", ActionType.ALL)),
         ]
+
+
+_JOIN_FLOOR: Final = MAX_NODE_SCORE // 2
+"""Binpack scores of choices that open no idle GPU start here; those that open one stay
+below (:func:`_join_band`, :func:`_open_band`)."""
+
+
+def _join_band(fill: int) -> int:
+    """Binpack score of a choice on GPUs already in use: 50..100 by ``fill`` (0..100, how
+    full the chosen GPUs are once the pod holds its share), so the tightest fit wins. O(1)."""
+    return _JOIN_FLOOR + fill * (MAX_NODE_SCORE - _JOIN_FLOOR) // MAX_NODE_SCORE
+
+
+def _open_band(busy: int, total: int) -> int:
+    """Binpack score of a choice that takes an idle GPU: 0..49 by the node's GPUs in use
+    *before* the pod (``busy`` of ``total``), so a partly used node is opened into before an
+    idle one and idle nodes stay whole for multi-GPU pods. O(1)."""
+    return (_JOIN_FLOOR - 1) * busy // total if total else 0
+
+
+def _mig_band(ledger: NodeLedger, choice: GPUChoice) -> int:
+    """Binpack score of a MIG choice: :func:`_join_band` of the node's MIG devices held after
+    the pod (``choice.fill``) when every chosen MIG device sits on a GPU where another is
+    already held, else :func:`_open_band` of the node's MIG GPUs with one held. O(GPUs + MIG
+    devices)."""
+    held_gpus = mig_gpus = 0
+    joins = True
+    chosen = set(choice.gpu_ids)
+    for device in ledger.devices:
+        if not device.mig:
+            continue
+        mig_gpus += 1
+        held = any(m.holder is not None for m in device.mig)
+        held_gpus += held
+        if device.index in chosen and not held:
+            joins = False
+    if joins:
+        return _join_band(choice.fill)
+    return _open_band(held_gpus, mig_gpus)
 
 
 def _free_mig(node_info: NodeInfo, resource: str) -> int:

@@ -15,6 +15,8 @@ scheduler's GPUFit plugin turns a node's ``GPUNodeInventory`` into GPU indices a
 from .graph import (
     NVLINK_SCORE,
     PCIE_LEVELS,
+    QUALITY_CEILING,
+    QUALITY_FLOOR,
     PCIE_SCORE,
     Link,
     LinkLike,
@@ -23,6 +25,7 @@ from .graph import (
     link_score,
     nvlink_domains,
     pair_score,
+    set_quality,
     set_score,
     weakest_link,
 )
@@ -39,6 +42,8 @@ __all__ = [
     "NVLINK_SCORE",
     "PCIE_LEVELS",
     "PCIE_SCORE",
+    "QUALITY_CEILING",
+    "QUALITY_FLOOR",
     "GPUTopology",
     "Link",
     "LinkLike",
@@ -52,6 +57,7 @@ __all__ = [
     "nvlink_domains",
     "pair_score",
     "score_matrix",
+    "set_quality",
     "set_score",
     "weakest_link",
 ]
