@@ -665,7 +665,8 @@ class GPUFit(
                 if device.holders:
                     busy += 1
         if opens:
-            fill = _open_band(busy, whole)
+            room = 0 if exclusive else max(capacity - reserved, 0)
+            fill = _open_band(busy, whole, room, capacity)
         else:
             fill = _join_band(MAX_NODE_SCORE * reserved // capacity if capacity else 0)
         uuids = tuple(devices[i].uuid or "" for i in chosen)
@@ -958,11 +959,17 @@ def _join_band(fill: int) -> int:
     return _JOIN_FLOOR + fill * (MAX_NODE_SCORE - _JOIN_FLOOR) // MAX_NODE_SCORE
 
 
-def _open_band(busy: int, total: int) -> int:
-    """Binpack score of a choice that takes an idle GPU: 0..49 by the node's GPUs in use
-    *before* the pod (``busy`` of ``total``), so a partly used node is opened into before an
-    idle one and idle nodes stay whole for multi-GPU pods. O(1)."""
-    return (_JOIN_FLOOR - 1) * busy // total if total else 0
+def _open_band(busy: int, total: int, room: int, size: int) -> int:
+    """Binpack score of a choice that takes an idle GPU: 0..49, half by the node's GPUs in
+    use *before* the pod (``busy`` of ``total``: a partly used node is opened into before an
+    idle one, so idle nodes stay whole for multi-GPU pods), half by the room the opened GPU
+    keeps for the next pods once this one holds its part (``room`` of ``size``: free VRAM of
+    its capacity, or free MIG devices of the profile of its MIG devices), so later pods of
+    the kind join it instead of opening another GPU. O(1)."""
+    half = (_JOIN_FLOOR - 1) // 2
+    node = half * busy // total if total else 0
+    gpu = half * room // size if size > 0 else 0
+    return node + gpu
 
 
 def _mig_band(ledger: NodeLedger, choice: GPUChoice) -> int:
@@ -970,20 +977,27 @@ def _mig_band(ledger: NodeLedger, choice: GPUChoice) -> int:
     the pod (``choice.fill``) when every chosen MIG device sits on a GPU where another is
     already held, else :func:`_open_band` of the node's MIG GPUs with one held. O(GPUs + MIG
     devices)."""
-    held_gpus = mig_gpus = 0
+    held_gpus = mig_gpus = room = size = 0
     joins = True
     chosen = set(choice.gpu_ids)
+    uuids = set(choice.uuids)
     for device in ledger.devices:
         if not device.mig:
             continue
         mig_gpus += 1
         held = any(m.holder is not None for m in device.mig)
         held_gpus += held
-        if device.index in chosen and not held:
-            joins = False
+        if device.index in chosen:
+            if not held:
+                joins = False
+            resources = {m.resource for m in device.mig if m.uuid in uuids}
+            for m in device.mig:
+                if m.resource in resources:
+                    size += 1
+                    room += m.holder is None and m.uuid not in uuids
     if joins:
         return _join_band(choice.fill)
-    return _open_band(held_gpus, mig_gpus)
+    return _open_band(held_gpus, mig_gpus, room, size)
 
 
 def _free_mig(node_info: NodeInfo, resource: str) -> int:
