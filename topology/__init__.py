@@ -15,9 +15,9 @@ scheduler's GPUFit plugin turns a node's ``GPUNodeInventory`` into GPU indices a
 from .graph import (
     NVLINK_SCORE,
     PCIE_LEVELS,
+    PCIE_SCORE,
     QUALITY_CEILING,
     QUALITY_FLOOR,
-    PCIE_SCORE,
     Link,
     LinkLike,
     PCIeLevel,
