@@ -13,8 +13,13 @@ profile is free nowhere, one of the fallbacks it lists).
 - **Shared, exclusive and MIG** pods (:meth:`GPUFit._filter_plan`): Filter asks the node's
   device ledger for devices that take the share (or idle ones, or free MIG devices), chooses
   by ``strategy`` (binpack: fullest first; spread: emptiest), and rejects with one fixed
-  reason per kind of refusal so the scheduler's summary aggregates; Score is the choice's
-  fill (binpack) or its complement (spread); Reserve writes the devices with the VRAM slice
+  reason per kind of refusal so the scheduler's summary aggregates; Score (binpack; spread
+  scores ``100 -`` it) keeps whole GPUs idle: a choice that joins GPUs already in use scores
+  50..100 by how full they are once the pod holds its part (the tightest fit wins), one that
+  opens an idle GPU (an exclusive pod always does) 0..49, half by the node's GPUs in use
+  *before* the pod (open into busy nodes, keep idle nodes whole) and half by the room the
+  opened GPU keeps for the next pods of the kind (free VRAM; MIG: free devices of the
+  profile), so they join it rather than open another; Reserve writes the devices with the VRAM slice
   per device (what the cache reads back from the bound pod's annotations), marks the claim
   :data:`~gpusched.framework.SHARED_CLAIM` for a non-exclusive reservation, and for the
   Binding adds ``gpusched.io/mig-fallback-applied`` (with an Event) or WoolyAI's
@@ -29,17 +34,20 @@ Whole GPUs:
   connected), recorded in :data:`GPU_CHOICES`. Memoised per node-info generation and per
   topology, so an unchanged node costs a dict lookup.
 - **Score** weighs the chosen set's connectivity against bin packing (``topologyWeight``,
-  ``binPackingWeight``), integer arithmetic in 0..100.
+  ``binPackingWeight``), integer arithmetic in 0..100. Connectivity is on a fixed scale
+  (:func:`gpusched.topology.set_quality`: the set's mean pair score, logarithmic from one
+  ``SYS`` hop, 0, to a DGX H100 pair, 100), so a node's score is its own whatever the other
+  nodes of the cycle are, and across a mixed fleet an NVSwitch set still outranks a DGX-1's
+  NV2 pair, which outranks a PCIe pair, where packing is equal.
 - **PostFilter** (no node fits) says why when no node could *ever* take the pod: more GPUs
   than the largest node has, or GPUs that exist but are MIG-partitioned (naming the MIG
   resources the nodes offer instead). O(nodes), only for pods that fit nowhere; it nominates
   nothing, so preemption after it still runs.
 - **Reserve** writes the choice on the chosen node as :data:`gpusched.framework.DEVICE_ASSIGNMENT`,
   which the scheduler assumes in its cache and DefaultBinder puts on the Binding.
-- **SignPod**: pods asking no GPUs sign alike; ``N`` and the priority when the score
-  depends on the node alone (``N = 1`` or ``topologyWeight`` 0); shared pods by every field
-  Filter and Score read, MIG pods by profile; MIG pods with fallbacks and rejected pods
-  ``None``.
+- **SignPod**: pods asking no GPUs sign alike; whole-GPU pods by ``N`` and the priority
+  (every score is the node's alone); shared pods by every field Filter and Score read, MIG
+  pods by profile; MIG pods with fallbacks and rejected pods ``None``.
 
 The Filter rules and reasons, the selection, the score formula with worked numbers, and why
 each signature is safe: docs/gpu_fit.md.
