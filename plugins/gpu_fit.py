@@ -14,7 +14,7 @@ profile is free nowhere, one of the fallbacks it lists).
   device ledger for devices that take the share (or idle ones, or free MIG devices), chooses
   by ``strategy`` (binpack: fullest first; spread: emptiest), and rejects with one fixed
   reason per kind of refusal so the scheduler's summary aggregates; Score (binpack; spread
-  scores ``100 -`` it) keeps whole GPUs idle: a choice that joins GPUs already in use scores
+  scores ``100 -`` it, the room half below excepted) keeps whole GPUs idle: a choice that joins GPUs already in use scores
   50..100 by how full they are once the pod holds its part (the tightest fit wins), one that
   opens an idle GPU (an exclusive pod always does) 0..49, half by the node's GPUs in use
   *before* the pod (open into busy nodes, keep idle nodes whole) and half by the room the
@@ -647,9 +647,12 @@ class GPUFit(
             return (fill, clients, index)
         return (-fill, -clients, index)
 
-    @staticmethod
     def _share_choice(
-        ledger: NodeLedger, chosen: tuple[int, ...], shares: Mapping[int, int], exclusive: bool
+        self,
+        ledger: NodeLedger,
+        chosen: tuple[int, ...],
+        shares: Mapping[int, int],
+        exclusive: bool,
     ) -> GPUChoice:
         """The choice, with its binpack fill (:func:`_join_band` / :func:`_open_band`): when
         every chosen GPU is already in use (a share joining), ``50 + g // 2`` for the chosen
@@ -674,7 +677,7 @@ class GPUFit(
                     busy += 1
         if opens:
             room = 0 if exclusive else max(capacity - reserved, 0)
-            fill = _open_band(busy, whole, room, capacity)
+            fill = _open_band(busy, whole, room, capacity, self._spread)
         else:
             fill = _join_band(MAX_NODE_SCORE * reserved // capacity if capacity else 0)
         uuids = tuple(devices[i].uuid or "" for i in chosen)
@@ -867,7 +870,7 @@ class GPUFit(
             fill = choice.fill
             plan = state.get(_PLAN)
             if plan is not None and plan.request.mode == "mig" and choice.gpu_ids:
-                fill = _mig_band(node_info.ledger, choice)
+                fill = _mig_band(node_info.ledger, choice, self._spread)
             return (MAX_NODE_SCORE - fill if self._spread else fill), SUCCESS
         whole = choice.whole_gpus
         used = whole - choice.free_after
@@ -967,20 +970,24 @@ def _join_band(fill: int) -> int:
     return _JOIN_FLOOR + fill * (MAX_NODE_SCORE - _JOIN_FLOOR) // MAX_NODE_SCORE
 
 
-def _open_band(busy: int, total: int, room: int, size: int) -> int:
+def _open_band(busy: int, total: int, room: int, size: int, spread: bool = False) -> int:
     """Binpack score of a choice that takes an idle GPU: 0..49, half by the node's GPUs in
     use *before* the pod (``busy`` of ``total``: a partly used node is opened into before an
     idle one, so idle nodes stay whole for multi-GPU pods), half by the room the opened GPU
     keeps for the next pods once this one holds its part (``room`` of ``size``: free VRAM of
     its capacity, or free MIG devices of the profile of its MIG devices), so later pods of
-    the kind join it instead of opening another GPU. O(1)."""
+    the kind join it instead of opening another GPU.
+
+    ``spread`` (which scores ``100 -`` this) mirrors the node half only: spread too opens the
+    GPU that keeps the most room, since room is what spares the next pods' clients
+    interference (and strands no VRAM). O(1)."""
     half = (_JOIN_FLOOR - 1) // 2
     node = half * busy // total if total else 0
     gpu = half * room // size if size > 0 else 0
-    return node + gpu
+    return node + (half - gpu if spread else gpu)
 
 
-def _mig_band(ledger: NodeLedger, choice: GPUChoice) -> int:
+def _mig_band(ledger: NodeLedger, choice: GPUChoice, spread: bool = False) -> int:
     """Binpack score of a MIG choice: :func:`_join_band` of the node's MIG devices held after
     the pod (``choice.fill``) when every chosen MIG device sits on a GPU where another is
     already held, else :func:`_open_band` of the node's MIG GPUs with one held. O(GPUs + MIG
@@ -1005,7 +1012,7 @@ def _mig_band(ledger: NodeLedger, choice: GPUChoice) -> int:
                     room += m.holder is None and m.uuid not in uuids
     if joins:
         return _join_band(choice.fill)
-    return _open_band(held_gpus, mig_gpus, room, size)
+    return _open_band(held_gpus, mig_gpus, room, size, spread)
 
 
 def _free_mig(node_info: NodeInfo, resource: str) -> int:

@@ -126,7 +126,7 @@ SHARED: list[Case] = [
         [],
         make_pod().shared(1, "30Gi"),
         binpack="h100",
-        spread="v100",
+        spread="h100",  # spread mirrors the node half only: room spares interference too
     ),
     Case(
         "a full GPU is no GPU to join: the other node's partly used GPU is",
@@ -206,7 +206,7 @@ MIG_CASES: list[
         [],
         "1g.10gb",
         "small",
-        "medium",
+        "small",
     ),
     (
         "opening: on the node with MIG GPUs in use already",

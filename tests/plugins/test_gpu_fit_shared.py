@@ -303,8 +303,9 @@ def test_score_strategy(args: GPUFitArgs, expected: str) -> None:
     want = (
         {"busy": busy, "idle": idle}
         if args is BINPACK
-        # spread takes the busy node's idle GPU 1 (node 1 of 2 in use: 24 // 2 = 12).
-        else {"busy": 100 - (12 + idle), "idle": 100 - idle}
+        # spread takes the busy node's idle GPU 1 (node 1 of 2 in use: 24 // 2 = 12) and
+        # mirrors the node half only: 100 - (12 + 24 - 20) and 100 - (0 + 24 - 20).
+        else {"busy": 100 - (12 + 24 - idle), "idle": 100 - (24 - idle)}
     )
     assert scores == want
 
