@@ -14,13 +14,14 @@ profile is free nowhere, one of the fallbacks it lists).
   device ledger for devices that take the share (or idle ones, or free MIG devices), chooses
   by ``strategy`` (binpack: fullest first; spread: emptiest), and rejects with one fixed
   reason per kind of refusal so the scheduler's summary aggregates; Score (binpack; spread
-  scores ``100 -`` it, the room half below excepted) keeps whole GPUs idle: a choice that joins GPUs already in use scores
-  50..100 by how full they are once the pod holds its part (the tightest fit wins), one that
-  opens an idle GPU (an exclusive pod always does) 0..49, half by the node's GPUs in use
-  *before* the pod (open into busy nodes, keep idle nodes whole) and half by the room the
-  opened GPU keeps for the next pods of the kind (free VRAM; MIG: free devices of the
-  profile), so they join it rather than open another; Reserve writes the devices with the VRAM slice
-  per device (what the cache reads back from the bound pod's annotations), marks the claim
+  scores ``100 -`` it, the room half below excepted) keeps whole GPUs idle: a choice that
+  joins GPUs already in use scores 50..100 by how full they are once the pod holds its part
+  (the tightest fit wins), one that opens an idle GPU (an exclusive pod always does) 0..49,
+  half by the node's GPUs in use *before* the pod (open into busy nodes, keep idle nodes
+  whole) and half by the room the opened GPU keeps for the next pods of the kind (free VRAM;
+  MIG: free devices of the profile), so they join it rather than open another; Reserve
+  writes the devices with the VRAM slice per device (what the cache reads back from the
+  bound pod's annotations), marks the claim
   :data:`~gpusched.framework.SHARED_CLAIM` for a non-exclusive reservation, and for the
   Binding adds ``gpusched.io/mig-fallback-applied`` (with an Event) or WoolyAI's
   ``woolyai.com/gpu-ids`` and ``woolyai.com/reserved-vram-mib``. O(GPUs + MIG devices) per
