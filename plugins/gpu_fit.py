@@ -332,12 +332,14 @@ class GPUFitArgs(PluginArgs):
     """Largest number of candidate sets searched exhaustively per node; above it the search is
     greedy. Default 5000 (any request on a node of up to 8 GPUs, or 12 GPUs asking 3)."""
     topology_weight: int = Field(default=1, ge=0)
-    """``Wt`` in the score: how much a better-connected set counts. Default 1."""
+    """``Wt`` in the score: how much a better-connected set counts (its
+    :func:`~gpusched.topology.set_quality`, 0..100). Default 1."""
     bin_packing_weight: int = Field(default=1, ge=0)
     """``Wp`` in the score: how much leaving the node fuller counts. Default 1."""
     strategy: Strategy = "binpack"
     """Shared and MIG pods: ``binpack`` (the default) puts a share on the fullest GPU that
-    fits and scores fuller nodes higher, keeping whole GPUs idle for whole-GPU pods;
+    fits, and scores joining GPUs already in use above opening an idle one (then busier
+    nodes, and GPUs that keep more room), keeping whole GPUs idle for whole-GPU pods;
     ``spread`` puts it on the emptiest and scores emptier nodes higher (least interference
     between clients). Whole-GPU pods always use the topology/bin-packing score."""
 
