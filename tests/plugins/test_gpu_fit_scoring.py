@@ -15,7 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from builders import H100_MIB, V100, V100_MIB, Cluster, NodeBuilder, PodBuilder, make_node, make_pod
+from builders import (
+    H100_MIB,
+    V100,
+    V100_MIB,
+    Cluster,
+    NodeBuilder,
+    PodBuilder,
+    make_node,
+    make_pod,
+    run_cycle,
+)
 from test_equivalence_changes import _framework, _place
 
 from gpusched.cache import NodeInfo, Snapshot
@@ -403,3 +413,55 @@ def test_multi_gpu_pods_batched_as_a_full_cycle_places_them(seed: int) -> None:
         cache.update_snapshot(snapshot)
         eq._check()
     assert batched > 60
+
+
+# -- quality: binpack against first-fit ------------------------------------------------------
+
+A40_MIB = 46068
+
+
+def _first_fit(cluster: Cluster, order: list[str], mib: int) -> tuple[str, int] | None:
+    """The first node in ``order`` with a GPU that takes ``mib``, its lowest such GPU."""
+    for name in order:
+        fits = cluster.node(name).ledger.shareable_devices(mib)
+        if fits:
+            return name, fits[0]
+    return None
+
+
+def _fleet() -> Cluster:
+    return Cluster(
+        make_node("h100-0").gpus(4, topology="pcie"),
+        make_node("v100-0").gpus(4, topology="pcie", product=V100, memory_mib=V100_MIB),
+        make_node("a40-0").gpus(4, topology="pcie", product="NVIDIA A40", memory_mib=A40_MIB),
+        make_node("h100-1").gpus(4, topology="pcie"),
+        make_node("v100-1").gpus(4, topology="pcie", product=V100, memory_mib=V100_MIB),
+        make_node("a40-1").gpus(4, topology="pcie", product="NVIDIA A40", memory_mib=A40_MIB),
+    )
+
+
+def _in_use(cluster: Cluster) -> int:
+    return sum(1 for info in cluster.nodes() for d in info.ledger.devices if d.holders)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_binpack_opens_no_more_gpus_than_first_fit(seed: int) -> None:
+    """The stream of shares the README's gpu_mix figures measure, in small: the shipped
+    profile (GPUFit binpack) keeps at least as many GPUs idle as first-fit in fleet order."""
+    rng = random.Random(seed)
+    sizes = [rng.choice([10, 20, 30, 40]) for _ in range(40)]
+    fw = _framework(1)
+    binpack, first = _fleet(), _fleet()
+    order = [info.name for info in first.nodes()]
+    for i, gib in enumerate(sizes):
+        pod = make_pod(f"s{i}", uid=f"uid-{i}").shared(1, f"{gib}Gi")
+        result = run_cycle(fw, pod.obj(), binpack.nodes())
+        node = result.best
+        if node is not None:
+            choice = choice_for(result.state, node)
+            assert choice is not None
+            binpack.cache.assume_pod(pod.obj(), node, choice.to_assignment(f"r{i}"))
+        found = _first_fit(first, order, gib * GI)
+        if found is not None:
+            first.bind(share(f"s{i}", found[0], found[1], gib))
+    assert _in_use(binpack) <= _in_use(first)
