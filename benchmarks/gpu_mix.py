@@ -130,8 +130,8 @@ def mixed_stream(count: int, seed: int, tag: str = "") -> list[tuple[str, dict[s
         annotations: dict[str, str] = {}
         if kind in ("shared", "exclusive"):
             limits = {"gpusched.io/gpu": "1", "gpusched.io/vram": f"{rng.choice(SHARED_GIB)}Gi"}
-            if kind == "exclusive":
-                limits["gpusched.io/exclusive"] = "true"
+            if kind == "exclusive":  # a modifier: an annotation, not a resource
+                annotations["gpusched.io/exclusive"] = "true"
         elif kind == "whole":
             limits = {"nvidia.com/gpu": str(rng.choice(WHOLE_GPUS))}
         else:

@@ -39,9 +39,16 @@ writes, Event writes, all writes and by resource, Lease reads) cross-checked aga
 scheduler's ``gpusched_api_writes_total``, and the CPU seconds each process spent per pod up to
 the last Event (/proc).
 
+``--workload whole,mixed`` also runs gpu_mix.py's mixed stream end to end (shared, exclusive
+shares, whole GPUs, MIG; seed 0) on the ``mixed`` fleet of the same size, after the 1-GPU
+stream on ``dgx-h100``: issue 10's "pods/s end to end against today's whole-GPU figure", in one
+run. Choose ``--warmup`` + ``--pods`` that the fleet can place (at 500 nodes the mixed fleet
+places about 2,000 of the stream): the run waits for every measured pod.
+
     python benchmarks/scheduler_perf.py [--mode inmem,e2e] [--nodes 500,5000] [--pods 2000]
         [--inmem-pods 2000] [--warmup 1000] [--repeats 3] [--percentage P] [--no-gc-freeze]
-        [--e2e-profiles no-gpufit,gpusched] [--profile-scheduler DIR] [--json out.json]
+        [--e2e-profiles no-gpufit,gpusched] [--workload whole[,mixed]]
+        [--profile-scheduler DIR] [--json out.json]
 
 Prints a table and the same figures as JSON.
 """
@@ -57,6 +64,7 @@ import math
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -64,6 +72,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -252,14 +261,14 @@ def _counting_faults() -> Any:
     return CountingFaults()
 
 
-async def _serve_sim(nodes: int, kubeconfig: str) -> None:
+async def _serve_sim(nodes: int, kubeconfig: str, cluster: str = "dgx-h100") -> None:
     """The child process: SimCluster with a counting fault hook; answers ``counts`` on stdin."""
     from gpusched.sim import SimCluster
     from gpusched.sim.fleet import load_cluster_spec
 
     faults = _counting_faults()
     started = time.perf_counter()
-    spec = load_cluster_spec("dgx-h100", nodes=nodes)
+    spec = load_cluster_spec(cluster, nodes=nodes)
     async with SimCluster(spec, faults=faults, kubelets=False, kubeconfig_path=kubeconfig) as sim:
         fleet_s = time.perf_counter() - started
         await sim.kube.create(
@@ -293,11 +302,11 @@ def _cpu_seconds(pid: int | None = None) -> float:
 
 
 class SimProcess:
-    def __init__(self, nodes: int, tmp: Path) -> None:
-        self.kubeconfig = tmp / f"sim-{nodes}.kubeconfig"
-        self.log = open(tmp / f"sim-{nodes}.log", "wb")  # noqa: SIM115
+    def __init__(self, nodes: int, tmp: Path, cluster: str = "dgx-h100") -> None:
+        self.kubeconfig = tmp / f"sim-{cluster}-{nodes}.kubeconfig"
+        self.log = open(tmp / f"sim-{cluster}-{nodes}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve-sim", str(nodes), str(self.kubeconfig)],
+            [sys.executable, __file__, "--serve-sim", str(nodes), str(self.kubeconfig), cluster],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -334,6 +343,12 @@ class SimProcess:
         self.log.close()
 
 
+PY_SPY_ENV = "GPUSCHED_BENCH_PY_SPY"
+"""A directory: each ``SchedulerProcess`` runs under ``py-spy record --idle`` (``pip install
+py-spy``) and writes a speedscope profile ``<tag>.json`` there (wall-clock samples, idle
+included, so a profile is a timeline of where the process was)."""
+
+
 class SchedulerProcess:
     def __init__(
         self,
@@ -346,6 +361,12 @@ class SchedulerProcess:
         self.out = tmp / f"scheduler-{tag}.out"
         self.err = tmp / f"scheduler-{tag}.log"
         cmd = [sys.executable]
+        spy = os.environ.get(PY_SPY_ENV)  # a wall-clock timeline of each scheduler
+        if spy:
+            py_spy = str(Path(sys.executable).parent / "py-spy")
+            out = f"{spy}/{tag}.json"
+            cmd = [py_spy, "record", "--idle", "-r", "250", "-f", "speedscope", "-o", out, "--"]
+            cmd.append(sys.executable)
         if profile_out is not None:
             cmd += ["-m", "cProfile", "-o", str(profile_out)]
         cmd += ["-m", "gpusched", "-v", "scheduler", "--kubeconfig", str(kubeconfig)]
@@ -396,6 +417,10 @@ class SchedulerProcess:
         return out
 
     def stop(self) -> None:
+        if os.environ.get(PY_SPY_ENV):  # py-spy writes its profile on SIGINT, not SIGTERM
+            self.proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(20)
         self.proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(60)
@@ -443,8 +468,42 @@ class _Watch:
         return True
 
 
+PodBody = Callable[[str, str], dict[str, Any]]
+"""``(name, namespace) -> pod``: what a workload creates."""
+
+WORKLOADS = {"whole": "dgx-h100", "mixed": "mixed"}
+"""End-to-end workloads and the fleet each runs on: ``whole``, 1-GPU pods (:func:`pod_body`);
+``mixed``, gpu_mix.py's stream (shared, exclusive shares, whole GPUs, MIG) on the ``mixed``
+fleet, the same pods in the same order as in memory (seed 0)."""
+
+
+def mixed_bodies(count: int, seed: int = 0) -> PodBody:
+    """gpu_mix.py's stream as API objects: the ``i``-th pod created (warm-up first, then the
+    measured pods, whatever their names) is the stream's ``i``-th."""
+    from gpu_mix import mixed_stream
+
+    stream = [pod for _kind, pod in mixed_stream(count, seed)]
+    taken: dict[str, dict[str, Any]] = {}
+
+    def body(name: str, namespace: str) -> dict[str, Any]:
+        if name not in taken:
+            pod = json.loads(json.dumps(stream[len(taken) % len(stream)]))
+            meta = pod["metadata"]
+            meta.pop("uid", None)
+            meta.update(name=name, namespace=namespace)
+            pod.pop("status", None)
+            taken[name] = pod
+        return taken[name]
+
+    return body
+
+
 async def _create_pods(
-    kubes: list[Any], namespace: str, names: list[str], concurrency: int
+    kubes: list[Any],
+    namespace: str,
+    names: list[str],
+    concurrency: int,
+    body: PodBody = pod_body,
 ) -> dict[str, float]:
     """Create the pods with ``concurrency`` workers; returns when each create returned."""
     from gpusched.kube.client import resource_path
@@ -456,7 +515,7 @@ async def _create_pods(
     async def worker(w: int) -> None:
         kube = kubes[w % len(kubes)]
         for name in todo:
-            await kube.create(path, pod_body(name, namespace))
+            await kube.create(path, body(name, namespace))
             created[name] = time.monotonic()
 
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
@@ -500,21 +559,29 @@ async def _delete_pods(kube: Any, namespace: str) -> None:
 
 
 async def _phase(
-    sim: SimProcess, kubes: list[Any], nodes: int, profile: str, args: argparse.Namespace, tmp: Path
+    sim: SimProcess,
+    kubes: list[Any],
+    nodes: int,
+    profile: str,
+    args: argparse.Namespace,
+    tmp: Path,
+    workload: str = "whole",
 ) -> dict[str, Any]:
     """One scheduler (``profile``) on the running simulation: warm up, measure, clean up."""
     from gpusched.kube.client import resource_path
     from gpusched.kube.reflector import Reflector
 
-    row: dict[str, Any] = {"nodes": nodes, "profile": profile}
+    row: dict[str, Any] = {"nodes": nodes, "profile": profile, "workload": workload}
     row.update(warmup=args.warmup, pods=args.pods)
+    tag = f"{nodes}-{profile}" if workload == "whole" else f"{nodes}-{workload}-{profile}"
     profile_out = None
     if args.profile_dir is not None:
-        profile_out = args.profile_dir / f"scheduler-{nodes}-{profile}.prof"
+        profile_out = args.profile_dir / f"scheduler-{tag}.prof"
     config = NO_GPUFIT_CONFIG if profile == "no-gpufit" else None
+    body = pod_body if workload == "whole" else mixed_bodies(args.warmup + args.pods)
     t1 = time.monotonic()
-    scheduler = SchedulerProcess(sim.kubeconfig, tmp, f"{nodes}-{profile}", config, profile_out)
-    ns = f"perf-{profile}"
+    scheduler = SchedulerProcess(sim.kubeconfig, tmp, tag, config, profile_out)
+    ns = f"perf-{profile}" if workload == "whole" else f"perf-{workload}-{profile}"
     watch = _Watch()
     watch_task: asyncio.Task[None] | None = None
     events_task: asyncio.Task[None] | None = None
@@ -541,7 +608,7 @@ async def _phase(
 
         warm = [f"warm-{i}" for i in range(args.warmup)]
         tw = time.monotonic()
-        await _create_pods(kubes, ns, warm, args.concurrency)
+        await _create_pods(kubes, ns, warm, args.concurrency, body)
         if not await watch.wait(warm, timeout=args.timeout):
             raise RuntimeError(f"warm-up pods not all bound in {args.timeout}s")
         row["warmup_pods_per_s"] = args.warmup / (time.monotonic() - tw)
@@ -556,7 +623,7 @@ async def _phase(
 
         names = [f"pod-{i}" for i in range(args.pods)]
         start = time.monotonic()
-        created = await _create_pods(kubes, ns, names, args.concurrency)
+        created = await _create_pods(kubes, ns, names, args.concurrency, body)
         create_done = time.monotonic()
         complete = await watch.wait(names, timeout=args.timeout)
         bound = {n: watch.bound_at[n] for n in names if n in watch.bound_at}
@@ -625,7 +692,8 @@ async def _phase(
     }
     row["cpu_busy_cores"] = sum(cpu_after[k] - cpu_before[k] for k in pids) / (events_end - start)
     print(
-        f"  e2e {nodes} nodes {profile}: {row['pods_per_s']:,.0f} pods/s to the last bind, "
+        f"  e2e {nodes} nodes {workload} {profile}: {row['pods_per_s']:,.0f} pods/s to the "
+        "last bind, "
         f"{row['pods_per_s_to_last_event']:,.0f} to the last Event",
         file=sys.stderr,
         flush=True,
@@ -633,12 +701,15 @@ async def _phase(
     return row
 
 
-async def e2e_run(nodes: int, args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
-    """One simulated cluster of ``nodes``; each profile's scheduler in turn on it."""
+async def e2e_run(
+    nodes: int, args: argparse.Namespace, tmp: Path, workload: str = "whole"
+) -> list[dict[str, Any]]:
+    """One simulated cluster of ``nodes`` (the ``workload``'s fleet); each profile's scheduler
+    in turn on it (``mixed``: not ``no-gpufit``, which cannot place shares or MIG devices)."""
     from gpusched.kube.client import connect
 
     t0 = time.monotonic()
-    sim = SimProcess(nodes, tmp)
+    sim = SimProcess(nodes, tmp, WORKLOADS[workload])
     kubes: list[Any] = []
     rows = []
     try:
@@ -646,7 +717,9 @@ async def e2e_run(nodes: int, args: argparse.Namespace, tmp: Path) -> list[dict[
         print(f"  e2e {nodes} nodes: fleet created in {ready['fleet_s']:.1f}s", file=sys.stderr)
         kubes = [await connect(sim.kubeconfig) for _ in range(4)]
         for profile in args.e2e_profiles.split(","):
-            row = await _phase(sim, kubes, nodes, profile, args, tmp)
+            if workload != "whole" and profile == "no-gpufit":
+                continue
+            row = await _phase(sim, kubes, nodes, profile, args, tmp, workload)
             row["fleet_create_s"] = ready["fleet_s"]
             rows.append(row)
     finally:
@@ -683,11 +756,17 @@ async def bench_e2e(node_counts: list[int], args: argparse.Namespace) -> list[di
             gpus = n * 8
             if args.warmup + args.pods > gpus:
                 raise SystemExit(f"{n} nodes have {gpus} GPUs: --warmup + --pods is more")
-            rows.extend(await e2e_run(n, args, Path(tmp)))
+            for workload in args.workloads.split(","):
+                rows.extend(await e2e_run(n, args, Path(tmp), workload))
     return rows
 
 
 # ------------------------------------------------------------------ output
+
+
+def _label(row: dict[str, Any]) -> str:
+    workload = row.get("workload", "whole")
+    return str(row["profile"]) if workload == "whole" else f"{row['profile']} ({workload})"
 
 
 def print_tables(figures: dict[str, Any]) -> None:
@@ -715,7 +794,7 @@ def print_tables(figures: dict[str, Any]) -> None:
     if e2e:
         print("End to end: API server, scheduler and load generator in three processes")
         head = (
-            f"{'nodes':>6} {'profile':16} {'pods':>5} {'pods/s':>7} {'ev pods/s':>9} "
+            f"{'nodes':>6} {'profile':22} {'pods':>5} {'pods/s':>7} {'ev pods/s':>9} "
             f"{'p50/s':>6} {'p99/s':>6} {'create/s':>8} {'lat p50':>8} {'lat p99':>8} "
             f"{'lease+bind':>10} {'events':>6} {'writes':>7} {'reads':>6} {'sched ms':>8} "
             f"{'api ms':>7} {'load ms':>7}"
@@ -724,7 +803,7 @@ def print_tables(figures: dict[str, Any]) -> None:
         for r in e2e:
             cpu = r["cpu_ms_per_pod"]
             print(
-                f"{r['nodes']:>6} {r['profile']:16} {r['scheduled']:>5} {r['pods_per_s']:>7,.0f} "
+                f"{r['nodes']:>6} {_label(r):22} {r['scheduled']:>5} {r['pods_per_s']:>7,.0f} "
                 f"{r['pods_per_s_to_last_event']:>9,.0f} "
                 f"{r['throughput_p50']:>6,.0f} {r['throughput_p99']:>6,.0f} "
                 f"{r['create_per_s']:>8,.0f} {r['latency_p50_s']:>7.2f}s "
@@ -750,7 +829,7 @@ def print_tables(figures: dict[str, Any]) -> None:
             + ", ".join(f"{n} nodes {s:.0f}s" for n, s in fleets.items())
         )
         for r in e2e:
-            if r["nodes"] == 5000 and r["profile"] == "gpusched":
+            if r["nodes"] == 5000 and r["profile"] == "gpusched" and _label(r) == "gpusched":
                 print(
                     f"kube-scheduler CI floors at 5,000 nodes: {KUBE_SCHEDULER_FLOOR} pods/s "
                     f"(SchedulingWithExtendedResource), {SCHEDULING_BASIC_FLOOR} pods/s "
@@ -760,8 +839,8 @@ def print_tables(figures: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--serve-sim":  # the child process
-        asyncio.run(_serve_sim(int(sys.argv[2]), sys.argv[3]))
+    if len(sys.argv) == 5 and sys.argv[1] == "--serve-sim":  # the child process
+        asyncio.run(_serve_sim(int(sys.argv[2]), sys.argv[3], sys.argv[4]))
         return
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--mode", default="inmem,e2e", help="inmem, e2e or both")
@@ -783,6 +862,13 @@ def main() -> None:
         "--e2e-profiles",
         default="no-gpufit,gpusched",
         help="end to end: the schedulers run in turn on each simulated cluster",
+    )
+    parser.add_argument(
+        "--workload",
+        dest="workloads",
+        default="whole",
+        help="end to end: whole (1-GPU pods, dgx-h100) and/or mixed (gpu_mix.py's stream on "
+        "the mixed fleet), comma-separated",
     )
     parser.add_argument("--concurrency", type=int, default=16, help="pod-creating workers")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per wait")

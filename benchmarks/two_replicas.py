@@ -189,6 +189,8 @@ async def run_one(
     def start_schedulers() -> None:
         for i in range(replicas):
             tag = f"{nodes}-{replicas}-{shares}-{args.mode}-{i}"
+            if (tmp / f"scheduler-{tag}.log").exists():  # a repeated row: keep both logs
+                tag += f"-{time.monotonic_ns() % 10**6}"
             profile = args.profile_dir / f"{tag}.prof" if args.profile_dir else None
             schedulers.append(SchedulerProcess(sim.kubeconfig, tmp, tag, config, profile))
 

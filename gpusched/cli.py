@@ -44,6 +44,7 @@ from gpusched import __version__
 
 if TYPE_CHECKING:
     from gpusched.kube.client import Kube
+    from gpusched.scheduler import Scheduler
     from gpusched.sim.fleet import ClusterSpec
     from gpusched.webhook.config import WebhookConfig
     from gpusched.webhook.mig_view import MigView
@@ -231,24 +232,32 @@ def _sim(args: argparse.Namespace) -> int:
     raise UsageError(f"unknown command {args.sim_command}")
 
 
-async def _freeze_gc_when_synced(synced: asyncio.Event) -> None:
-    """Once the scheduler's informers have synced (before it reports ready and schedules): a
-    full collection, then ``gc.freeze()``.
+async def _gc_around_sync(scheduler: Scheduler) -> None:
+    """The garbage collector around the informers' initial lists: off while they list, then
+    ``gc.freeze()`` once they have synced (before the scheduler reports ready and schedules).
 
     Done by the commands only, never by library code: it affects the whole process (tests run
     many schedulers in one), and what is frozen stays out of every later collection.
     """
-    await synced.wait()
-    # The initial list leaves the long-lived objects (every Node, Pod and inventory the
-    # informers hold, the cache's node infos: tens of container objects each) in the oldest
-    # generation, and every gen-2 collection walks all of them while the one thread that
-    # schedules waits: in a 500-node end-to-end run of benchmarks/scheduler_perf.py, nine full
-    # collections took 1.2 s, the longest 222 ms (benchmarks/README.md). Frozen, they are left
-    # out of collections. They are still freed by reference counting when the informers
-    # replace or drop them; only a frozen object that ends up in a garbage reference cycle is
+    # The initial list creates the long-lived objects (every Node, Pod and inventory the
+    # informers hold, the cache's node infos: tens of container objects each), and each
+    # automatic full collection while it runs walks all of those made so far: at 5,000 nodes
+    # the collections during the list and a full one after it (as this did before) made
+    # start-up cost 3.5-4.4 s of CPU instead of 1.9-2.6 s, with the same memory once synced.
+    # Almost nothing the list makes is garbage in a reference cycle (orjson's dicts and
+    # lists hold no cycles), so the collector is off until the sync ends. Then the survivors
+    # are frozen, left out of later collections (in a 500-node end-to-end run of
+    # benchmarks/scheduler_perf.py, nine full collections had taken 1.2 s, the longest
+    # 222 ms: benchmarks/README.md). Frozen objects are still freed by reference counting
+    # when the informers replace or drop them; only one that ends up in a garbage cycle is
     # never reclaimed.
-    gc.collect()
-    gc.freeze()
+    await scheduler.syncing.wait()
+    gc.disable()
+    try:
+        await scheduler.synced.wait()
+        gc.freeze()
+    finally:
+        gc.enable()
 
 
 async def _wait_for_signal(duration: float) -> None:
@@ -262,6 +271,10 @@ async def _wait_for_signal(duration: float) -> None:
             await asyncio.wait_for(stop.wait(), timeout=duration)
     else:
         await stop.wait()
+
+
+TELEMETRY_PERIOD = 10.0
+"""Seconds between the simulated GPU telemetry readings of ``sim serve`` (a node agent's)."""
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -280,6 +293,7 @@ async def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         kubeconfig_path=args.kubeconfig,
         webhook=not args.no_webhook,
+        telemetry=None if args.no_kubelets else TELEMETRY_PERIOD,
     ) as sim:
         kubeconfig = sim.kubeconfig_path.resolve()
         fleet = "no nodes"
@@ -531,7 +545,7 @@ async def _run_scheduler(args: argparse.Namespace, stop: asyncio.Event) -> int:
         work = asyncio.create_task(elector.run(scheduler.run), name="leader-election")
     else:
         work = asyncio.create_task(scheduler.run(), name="scheduler")
-    freeze = asyncio.create_task(_freeze_gc_when_synced(scheduler.synced), name="gc-freeze")
+    freeze = asyncio.create_task(_gc_around_sync(scheduler), name="gc-freeze")
     stopping = asyncio.create_task(stop.wait(), name="wait-for-signal")
     try:
         await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)

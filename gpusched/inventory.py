@@ -41,6 +41,18 @@ Spec (wire names; all required unless marked optional)::
       pcie              closest common PCIe ancestor (nvmlDeviceGetTopologyCommonAncestor),
                         named as nvidia-smi names it: PIX | PXB | PHB | NODE | SYS
 
+Status (optional; telemetry, written through the ``status`` subresource by whoever measures it:
+the node agent from NVML, the simulated kubelets in the simulation; the scheduler places by its
+own reservations and never reads it, so a stale or missing status changes no placement)::
+
+    observedTime        RFC 3339 time of the reading
+    usedMemoryMiB       framebuffer in use over the node's GPUs (a printer column)
+    gpus[]              one per GPU read, by index
+      index             NVML index
+      usedMemoryMiB     nvmlDeviceGetMemoryInfo used
+      utilizationPercent  nvmlDeviceGetUtilizationRates gpu, 0..100
+      temperatureC      optional; nvmlDeviceGetTemperature (GPU die)
+
 Node labels and extended resources are derived from the inventory, as NVIDIA's GPU feature
 discovery and device plugin would set them with ``--mig-strategy=mixed``:
 
@@ -68,7 +80,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import combinations
 from typing import Annotated, Any, Final, Literal, TypeVar
 
@@ -115,18 +127,23 @@ __all__ = [
     "PCI_BUS_ID_PATTERN",
     "PLURAL",
     "RESOURCE_GPU",
+    "RFC3339_PATTERN",
     "SHORT_NAME",
     "VERSION",
     "FrozenList",
     "GPUDevice",
     "GPULink",
     "GPUNodeInventory",
+    "GPUNodeInventoryStatus",
+    "GPUTelemetry",
     "InventoryError",
     "LinkType",
     "MIGDevice",
     "PCIeLevelName",
     "Source",
     "inventory_from_object",
+    "inventory_status_from_object",
+    "inventory_status_to_object",
     "inventory_to_object",
     "label_value",
     "mig_label_prefix",
@@ -224,6 +241,9 @@ PCI_BUS_ID_PATTERN: Final = r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[
 MIG_PROFILE_PATTERN: Final = r"^([0-9]+c\.)?[0-9]+g\.[0-9]+gb([+.-][a-z]+)*$"
 DRIVER_VERSION_PATTERN: Final = r"^[0-9]+(\.[0-9]+){1,2}$"
 CUDA_VERSION_PATTERN: Final = r"^[0-9]+\.[0-9]+$"
+RFC3339_PATTERN: Final = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"
+)
 NODE_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
@@ -431,6 +451,49 @@ class InventoryError(ValueError):
         super().__init__(f"GPUNodeInventory {name!r}: " + "; ".join(problems))
 
 
+class GPUTelemetry(_Model):
+    """One GPU's measured use (``status.gpus[]``)."""
+
+    index: int = Field(ge=0)
+    used_memory_mib: int = Field(
+        ge=0, validation_alias="usedMemoryMiB", serialization_alias="usedMemoryMiB"
+    )
+    utilization_percent: int = Field(ge=0, le=100)
+    temperature_c: int | None = Field(
+        default=None,
+        ge=-50,
+        le=200,
+        validation_alias="temperatureC",
+        serialization_alias="temperatureC",
+    )
+
+
+class GPUNodeInventoryStatus(_Model):
+    """The status of a ``GPUNodeInventory``: telemetry (module docstring)."""
+
+    observed_time: str = Field(pattern=RFC3339_PATTERN)
+    used_memory_mib: int = Field(
+        ge=0, validation_alias="usedMemoryMiB", serialization_alias="usedMemoryMiB"
+    )
+    gpus: FrozenList[GPUTelemetry] = Field(default=(), max_length=64)
+
+    @model_validator(mode="after")
+    def _check(self) -> GPUNodeInventoryStatus:
+        indices = [g.index for g in self.gpus]
+        if len(set(indices)) != len(indices):
+            raise ValueError("gpus: a GPU index is given more than once")
+        total = sum(g.used_memory_mib for g in self.gpus)
+        if self.gpus and total != self.used_memory_mib:
+            raise ValueError(f"usedMemoryMiB: {self.used_memory_mib} is not the GPUs' sum {total}")
+        return self
+
+    @classmethod
+    def of(cls, observed_time: str, gpus: Sequence[GPUTelemetry]) -> GPUNodeInventoryStatus:
+        """A status with its total filled in."""
+        total = sum(g.used_memory_mib for g in gpus)
+        return cls(observed_time=observed_time, used_memory_mib=total, gpus=tuple(gpus))
+
+
 def _format_loc(prefix: str, loc: tuple[int | str, ...]) -> str:
     path = prefix
     for part in loc:
@@ -525,6 +588,40 @@ def inventory_from_object(obj: Mapping[str, Any]) -> GPUNodeInventory:
     if problems:
         raise InventoryError(shown, problems)
     return inv
+
+
+def inventory_status_from_object(obj: Mapping[str, Any]) -> GPUNodeInventoryStatus | None:
+    """The telemetry of a stored ``GPUNodeInventory``; ``None`` when it has no status yet.
+
+    Raises :class:`InventoryError` naming every bad field (``status.gpus[0].utilizationPercent:
+    ...``). Checked against the spec's GPU count when the spec parses.
+    """
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    shown = name if isinstance(name, str) else "?"
+    status = obj.get("status")
+    if status is None:
+        return None
+    if not isinstance(status, Mapping):
+        raise InventoryError(shown, [f"status: expected an object, got {type(status).__name__}"])
+    try:
+        parsed = GPUNodeInventoryStatus.model_validate(dict(status))
+    except ValidationError as exc:
+        raise InventoryError(shown, validation_problems(exc, "status")) from None
+    spec = obj.get("spec")
+    gpus = spec.get("gpus") if isinstance(spec, Mapping) else None
+    if isinstance(gpus, list):
+        beyond = [g.index for g in parsed.gpus if g.index >= len(gpus)]
+        if beyond:
+            raise InventoryError(
+                shown, [f"status.gpus: GPU {beyond[0]} does not exist ({len(gpus)} GPUs)"]
+            )
+    return parsed
+
+
+def inventory_status_to_object(status: GPUNodeInventoryStatus) -> dict[str, Any]:
+    """``status`` as the ``status`` stanza to write through the ``/status`` subresource."""
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 # --- What a node advertises ---------------------------------------------------------------

@@ -911,7 +911,11 @@ class GPUFit(
         extra = BindingAnnotations()
         if plan.fallback:
             extra[MIG_FALLBACK_APPLIED] = plan.fallback
-            self._fallback_event(pod, node_name, plan)
+            self._fallback_event(pod, node_name, plan.fallback)
+        elif plan.request.mode == "mig":
+            admitted = (pod.get("metadata") or {}).get("annotations") or {}
+            if MIG_FALLBACK_APPLIED in admitted:  # the webhook rewrote the request
+                self._fallback_event(pod, node_name, admitted[MIG_FALLBACK_APPLIED], True)
         if plan.request.source == "woolyai" and choice.gpu_ids:
             # WoolyAI's node side reads these (seed 000, "Scheduler-Populated Annotations"):
             # the indices, comma-separated, and the slice promised on each GPU.
@@ -926,23 +930,31 @@ class GPUFit(
             state.write(BINDING_ANNOTATIONS, extra)
         return SUCCESS
 
-    def _fallback_event(self, pod: Pod, node_name: str, plan: _Plan) -> None:
-        """The Event saying the pod got a fallback profile (best effort)."""
+    def _fallback_event(
+        self, pod: Pod, node_name: str, fallback: str, at_admission: bool = False
+    ) -> None:
+        """The Event saying the pod got a fallback profile (best effort): chosen now, or by the
+        admission webhook (``at_admission``: the pod's request was rewritten when it was
+        created, and only its annotation said so)."""
         if self._handle is None:
             return
         try:
             events = self._handle.events
         except RuntimeError:  # a framework built without a scheduler
             return
-        preferred, _, given = plan.fallback.partition("->")
-        events.eventf(
-            pod,
-            "Normal",
-            "MIGFallback",
-            "Scheduling",
-            f"MIG profile {preferred} is free on no node; the pod gets {given} on node "
-            f"{node_name}, the first free profile of its {MIG_FALLBACK_LIST} list",
-        )
+        preferred, _, given = fallback.partition("->")
+        if at_admission:
+            message = (
+                f"MIG profile {preferred} was free on no node when the pod was created; the "
+                f"admission webhook gave it {given}, the first free profile of its "
+                f"{MIG_FALLBACK_LIST} list, and it runs on node {node_name}"
+            )
+        else:
+            message = (
+                f"MIG profile {preferred} is free on no node; the pod gets {given} on node "
+                f"{node_name}, the first free profile of its {MIG_FALLBACK_LIST} list"
+            )
+        events.eventf(pod, "Normal", "MIGFallback", "Scheduling", message)
 
     def unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None:
         state.delete(DEVICE_ASSIGNMENT)

@@ -132,3 +132,34 @@ async def test_sigterm_while_starting_is_a_graceful_stop(tmp_path: Path) -> None
         _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
     # Killed by the signal, the status would be -SIGTERM.
     assert process.returncode == 0, stderr.decode()
+
+
+async def test_the_collector_is_off_while_the_informers_list_then_frozen() -> None:
+    """``gpusched scheduler`` turns the garbage collector off from the start of the initial
+    lists until they have synced, then freezes what survived and turns it back on; cancelled
+    half-way (a stop while starting), it is back on too."""
+    import gc
+    import types
+
+    from gpusched.cli import _gc_around_sync
+
+    for finish in (True, False):
+        scheduler = types.SimpleNamespace(syncing=asyncio.Event(), synced=asyncio.Event())
+        task = asyncio.create_task(_gc_around_sync(scheduler))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        assert gc.isenabled()  # not listing yet
+        scheduler.syncing.set()
+        await asyncio.sleep(0)
+        assert not gc.isenabled()
+        frozen = gc.get_freeze_count()
+        try:
+            if finish:
+                scheduler.synced.set()
+                await task
+                assert gc.get_freeze_count() >= frozen
+            else:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            assert gc.isenabled()
+        finally:
+            gc.unfreeze()

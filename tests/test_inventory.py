@@ -501,3 +501,67 @@ def test_all_is_complete() -> None:
         if not name.startswith("_") and getattr(value, "__module__", None) == inventory.__name__
     }
     assert public_defs <= exported
+
+
+# --- status: telemetry ---------------------------------------------------------------------
+
+TELEMETRY = {
+    "observedTime": "2026-11-25T10:00:00Z",
+    "usedMemoryMiB": 30000,
+    "gpus": [
+        {"index": 0, "usedMemoryMiB": 20000, "utilizationPercent": 87, "temperatureC": 61},
+        {"index": 1, "usedMemoryMiB": 10000, "utilizationPercent": 0},
+    ],
+}
+
+
+def test_status_round_trips_and_is_optional() -> None:
+    obj = sample_object()
+    assert inventory.inventory_status_from_object(obj) is None
+    obj["status"] = copy.deepcopy(TELEMETRY)
+    status = inventory.inventory_status_from_object(obj)
+    assert status is not None
+    assert status.gpus[0].utilization_percent == 87
+    assert status.gpus[1].temperature_c is None
+    assert inventory.inventory_status_to_object(status) == TELEMETRY
+    built = inventory.GPUNodeInventoryStatus.of(
+        "2026-11-25T10:00:00Z", [inventory.GPUTelemetry.model_validate(TELEMETRY["gpus"][0])]
+    )
+    assert built.used_memory_mib == 20000
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"usedMemoryMiB": 1}, "usedMemoryMiB: 1 is not the GPUs' sum 30000"),
+        ({"observedTime": "yesterday"}, "status.observedTime"),
+        (
+            {"gpus": [{"index": 0, "usedMemoryMiB": 1, "utilizationPercent": 101}]},
+            "utilizationPercent",
+        ),
+        (
+            {"gpus": [{"index": 9, "usedMemoryMiB": 30000, "utilizationPercent": 1}]},
+            "GPU 9 does not exist",
+        ),
+        (
+            {"gpus": [TELEMETRY["gpus"][0], TELEMETRY["gpus"][0]]},
+            "a GPU index is given more than once",
+        ),
+    ],
+    ids=["sum", "time", "utilisation", "no such GPU", "twice"],
+)
+def test_malformed_status_names_the_field(change: dict[str, Any], message: str) -> None:
+    obj = sample_object()
+    obj["status"] = copy.deepcopy(TELEMETRY) | change
+    with pytest.raises(InventoryError, match=message):
+        inventory.inventory_status_from_object(obj)
+
+
+def test_crd_status_schema_matches_the_model() -> None:
+    version = _crd()["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    model = inventory.GPUNodeInventoryStatus.model_json_schema(by_alias=True, mode="validation")
+    crd_status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert _normalize(crd_status, {}) == _normalize(model, model.get("$defs", {}))
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Used MiB"] == ".status.usedMemoryMiB"

@@ -36,3 +36,18 @@ async def test_the_proxy_is_settled_once(
         assert not rest.pool_manager.trust_env  # no per-request lookups in worker threads
     finally:
         await kube.close()
+
+
+async def test_warm_opens_pooled_connections_up_to_the_pool_size() -> None:
+    """``Kube.warm(n)`` leaves ``n`` idle connections in the pool (capped at its size), so a
+    burst of binds after start-up pays no handshake per connection."""
+    from gpusched.sim import SimCluster
+
+    async with SimCluster() as sim:
+        kube: Kube = sim.kube
+        connector = kube.api_client.rest_client.pool_manager.connector
+        assert await kube.warm(5) == 5
+        idle = sum(len(c) for c in connector._conns.values())  # aiohttp has no public count
+        assert idle >= 5
+        assert await kube.warm(kube.pool_size + 50) == kube.pool_size
+        assert await kube.warm(0) == 0

@@ -15,8 +15,10 @@ It listens on a free loopback port, writes a kubeconfig with a fresh bearer toke
 the GPU policy CRDs (``GPUClass``, ``GPUNodePolicy``, ``ClusterGPUPolicy``), applies the
 fleet through the API exactly as ``gpusched sim fleet apply`` does on a real cluster, and runs
 the simulated kubelets as API clients. With ``webhook=True`` (or a ``WebhookConfig``) it also
-serves and registers gpusched's admission webhook (``gpusched.sim.webhook``); off by default,
-so that the many clusters tests start stay cheap.
+serves and registers gpusched's admission webhook (``gpusched.sim.webhook``); with
+``telemetry=10.0`` it writes made-up GPU telemetry into the simulated inventories' status every
+10 s (``gpusched.sim.telemetry``). Both are off by default, so that the many clusters tests start
+stay cheap; ``gpusched sim serve`` and ``sim run`` turn them on.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from gpusched.sim.faults import Faults
 from gpusched.sim.fleet import ClusterSpec, apply_fleet, ensure_crd, load_cluster_spec
 from gpusched.sim.kubelet import SimKubelet
 from gpusched.sim.server import APIServer
+from gpusched.sim.telemetry import SimTelemetry
 
 if TYPE_CHECKING:
     from gpusched.sim.webhook import SimWebhook
@@ -63,6 +66,7 @@ class SimCluster:
         token: str | None = None,
         tls: bool = True,
         webhook: bool | WebhookConfig = False,
+        telemetry: float | None = None,
     ) -> None:
         if cluster is None or isinstance(cluster, ClusterSpec):
             self.spec = cluster
@@ -90,6 +94,9 @@ class SimCluster:
         self._webhook_enabled = webhook is not False
         self._webhook_config = None if isinstance(webhook, bool) else webhook
         self.webhook: SimWebhook | None = None
+        self._telemetry_period = telemetry
+        self.telemetry: SimTelemetry | None = None
+        self._telemetry_task: asyncio.Task[None] | None = None
 
     @property
     def faults(self) -> Faults:
@@ -165,6 +172,13 @@ class SimCluster:
                 await self.webhook.start()
             if self._kubelets_enabled:
                 self.start_kubelets()
+            if self._telemetry_period:
+                self.telemetry = SimTelemetry(
+                    Kube(self.api_client()), self.clock, period=self._telemetry_period
+                )
+                self._telemetry_task = asyncio.create_task(
+                    self.telemetry.run(), name="sim-telemetry"
+                )
         except BaseException:
             await self.__aexit__(None, None, None)
             raise
@@ -187,6 +201,11 @@ class SimCluster:
             self._kubelet_task = None
 
     async def __aexit__(self, *exc: Any) -> None:
+        if self._telemetry_task is not None:
+            self._telemetry_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._telemetry_task
+            self._telemetry_task = None
         await self.stop_kubelets()
         if self.webhook is not None:
             await self.webhook.stop()

@@ -127,7 +127,7 @@ async def run_workload(
     """Run ``workload`` on a fresh simulated ``spec`` cluster; print progress and a summary.
 
     ``freeze_gc``: ``gc.collect(); gc.freeze()`` once the scheduler's informers have synced, as
-    ``gpusched scheduler`` does (why: ``gpusched.cli._freeze_gc_when_synced``). For the
+    ``gpusched scheduler`` does (why: ``gpusched.cli._gc_around_sync``). For the
     ``gpusched sim run`` command only: it affects the whole process, and what is frozen (the
     simulated API server's objects too, here) stays out of every later collection.
 
@@ -137,7 +137,7 @@ async def run_workload(
     """
     clock = RealClock()
     report = RunReport()
-    async with SimCluster(spec, clock=clock, webhook=webhook) as sim:
+    async with SimCluster(spec, clock=clock, webhook=webhook, telemetry=10.0) as sim:
         if sim.webhook is not None:
             print(f"admission webhook at {sim.webhook.url}", file=out, flush=True)
         with contextlib.suppress(APIConflict):  # the webhook's namespace too

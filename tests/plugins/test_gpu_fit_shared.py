@@ -464,6 +464,22 @@ def test_mig_fallback(
         assert "2g.20gb is free on no node" in handle.events.sent[0][2]
 
 
+def test_a_fallback_the_webhook_applied_gets_its_event_at_reserve() -> None:
+    """The admission webhook rewrote the pod's MIG request and recorded it in the annotation:
+    the scheduler places what the pod now asks for and says so in an Event (the webhook, at
+    admission, has no pod to write one about); no Binding annotation is added again."""
+    cluster = Cluster(mig_node())
+    handle = _Handle(cluster.snapshot())
+    plugin = GPUFit(handle=cast(Handle, handle))
+    pod = make_pod("new").mig("1g.10gb").annotate(MIG_FALLBACK_APPLIED, "2g.20gb->1g.10gb")
+    state, status = run(plugin, pod, cluster, "m")
+    assert status is SUCCESS
+    assert plugin.reserve(state, pod.obj(), "m") is SUCCESS
+    assert state.get(BINDING_ANNOTATIONS) is None
+    assert [e[:2] for e in handle.events.sent] == [("Normal", "MIGFallback")]
+    assert "the admission webhook gave it 1g.10gb" in handle.events.sent[0][2]
+
+
 def test_node_resources_fit_leaves_per_gpu_and_fallback_mig_resources_to_gpufit() -> None:
     """gpusched.io/vram (no node advertises it) never rejects a node; a MIG pod with
     fallbacks is not held to the profile it requests."""
