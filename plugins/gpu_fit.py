@@ -14,12 +14,13 @@ profile is free nowhere, one of the fallbacks it lists).
   device ledger for devices that take the share (or idle ones, or free MIG devices), chooses
   by ``strategy`` (binpack: fullest first; spread: emptiest), and rejects with one fixed
   reason per kind of refusal so the scheduler's summary aggregates; Score (binpack; spread
-  scores ``100 -`` it, the room half below excepted) keeps whole GPUs idle: a choice that
+  scores ``100 -`` it, the room part below excepted) keeps whole GPUs idle: a choice that
   joins GPUs already in use scores 50..100 by how full they are once the pod holds its part
-  (the tightest fit wins), one that opens an idle GPU (an exclusive pod always does) 0..49,
-  half by the node's GPUs in use *before* the pod (open into busy nodes, keep idle nodes
-  whole) and half by the room the opened GPU keeps for the next pods of the kind (free VRAM;
-  MIG: free devices of the profile), so they join it rather than open another; Reserve
+  (the tightest fit wins), one that opens an idle GPU (an exclusive pod always does) 0..48,
+  a quarter by the node's GPUs in use *before* the pod (open into busy nodes, keep idle
+  nodes whole) and three quarters by the room the opened GPU keeps for the next pods of the
+  kind (free VRAM; MIG: free devices of the profile), so they join it rather than open
+  another; Reserve
   writes the devices with the VRAM slice per device (what the cache reads back from the
   bound pod's annotations), marks the claim
   :data:`~gpusched.framework.SHARED_CLAIM` for a non-exclusive reservation, and for the
@@ -660,8 +661,8 @@ class GPUFit(
         """The choice, with its binpack fill (:func:`_join_band` / :func:`_open_band`): when
         every chosen GPU is already in use (a share joining), ``50 + g // 2`` for the chosen
         GPUs' reserved VRAM over capacity after the pod, ``g``; when the pod takes an idle
-        GPU (an exclusive pod always does), the node's GPUs (MIG off) in use *before* it on
-        0..49. O(GPUs)."""
+        GPU (an exclusive pod always does), 0..48 by the node's GPUs (MIG off) in use
+        *before* it and the VRAM the opened GPU keeps free. O(GPUs)."""
         devices = ledger.devices
         reserved = capacity = 0
         opens = exclusive
@@ -985,21 +986,29 @@ def _join_band(fill: int) -> int:
     return _JOIN_FLOOR + fill * (MAX_NODE_SCORE - _JOIN_FLOOR) // MAX_NODE_SCORE
 
 
-def _open_band(busy: int, total: int, room: int, size: int, spread: bool = False) -> int:
-    """Binpack score of a choice that takes an idle GPU: 0..49, half by the node's GPUs in
-    use *before* the pod (``busy`` of ``total``: a partly used node is opened into before an
-    idle one, so idle nodes stay whole for multi-GPU pods), half by the room the opened GPU
-    keeps for the next pods once this one holds its part (``room`` of ``size``: free VRAM of
-    its capacity, or free MIG devices of the profile of its MIG devices), so later pods of
-    the kind join it instead of opening another GPU.
+_OPEN_NODE: Final = 12
+"""Points of :func:`_open_band` for the node's GPUs in use before the pod."""
+_OPEN_ROOM: Final = 36
+"""Points of :func:`_open_band` for the room the opened GPU keeps (three times the node's:
+measured on benchmarks/gpu_mix.py, equal halves sent shares to small GPUs of nodes that
+whole-GPU pods had made busy, and opened 15 more GPUs at 5,000 nodes than this split)."""
 
-    ``spread`` (which scores ``100 -`` this) mirrors the node half only: spread too opens the
+
+def _open_band(busy: int, total: int, room: int, size: int, spread: bool = False) -> int:
+    """Binpack score of a choice that takes an idle GPU: 0..48, a quarter (12 points) by the
+    node's GPUs in use *before* the pod (``busy`` of ``total``: a partly used node is opened
+    into before an idle one, so idle nodes stay whole for multi-GPU pods), three quarters
+    (36) by the room the opened GPU keeps for the next pods once this one holds its part
+    (``room`` of ``size``: free VRAM of its capacity, or free MIG devices of the profile of
+    its MIG devices), so later pods of the kind join it instead of opening another GPU: the
+    GPUs opened are what binpack saves, and a GPU with room saves more than a busy node.
+
+    ``spread`` (which scores ``100 -`` this) mirrors the node part only: spread too opens the
     GPU that keeps the most room, since room is what spares the next pods' clients
     interference (and strands no VRAM). O(1)."""
-    half = (_JOIN_FLOOR - 1) // 2
-    node = half * busy // total if total else 0
-    gpu = half * room // size if size > 0 else 0
-    return node + (half - gpu if spread else gpu)
+    node = _OPEN_NODE * busy // total if total else 0
+    gpu = _OPEN_ROOM * room // size if size > 0 else 0
+    return node + (_OPEN_ROOM - gpu if spread else gpu)
 
 
 def _mig_band(ledger: NodeLedger, choice: GPUChoice, spread: bool = False) -> int:

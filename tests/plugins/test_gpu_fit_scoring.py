@@ -111,8 +111,8 @@ SHARED: list[Case] = [
         make_pod().shared(1, "10Gi"),
         binpack="joins",
         spread="joins",  # it opens GPU 1 on the emptier node (1 of 2 GPUs in use, not 3 of 4)
-        # 50 + (50 of 80Gi = 62) // 2; opens: 24 * 3 // 4 + 24 * (70 of 80Gi) // 80.
-        binpack_scores={"joins": 81, "opens": 18 + 24 * (H100_MIB - 10 * GI) // H100_MIB},
+        # 50 + (50 of 80Gi = 62) // 2; opens: 12 * 3 // 4 + 36 * (70 of 80Gi) // 80.
+        binpack_scores={"joins": 81, "opens": 9 + 36 * (H100_MIB - 10 * GI) // H100_MIB},
     ),
     Case(
         "among partly used GPUs, the tightest fit (fullest once the pod holds its share)",
