@@ -13,9 +13,16 @@ profile is free nowhere, one of the fallbacks it lists).
 - **Shared, exclusive and MIG** pods (:meth:`GPUFit._filter_plan`): Filter asks the node's
   device ledger for devices that take the share (or idle ones, or free MIG devices), chooses
   by ``strategy`` (binpack: fullest first; spread: emptiest), and rejects with one fixed
-  reason per kind of refusal so the scheduler's summary aggregates; Score is the choice's
-  fill (binpack) or its complement (spread); Reserve writes the devices with the VRAM slice
-  per device (what the cache reads back from the bound pod's annotations), marks the claim
+  reason per kind of refusal so the scheduler's summary aggregates; Score (binpack; spread
+  scores ``100 -`` it, the room part below excepted) keeps whole GPUs idle: a choice that
+  joins GPUs already in use scores 50..100 by how full they are once the pod holds its part
+  (the tightest fit wins), one that opens an idle GPU (an exclusive pod always does) 0..48,
+  a quarter by the node's GPUs in use *before* the pod (open into busy nodes, keep idle
+  nodes whole) and three quarters by the room the opened GPU keeps for the next pods of the
+  kind (free VRAM; MIG: free devices of the profile), so they join it rather than open
+  another; Reserve
+  writes the devices with the VRAM slice per device (what the cache reads back from the
+  bound pod's annotations), marks the claim
   :data:`~gpusched.framework.SHARED_CLAIM` for a non-exclusive reservation, and for the
   Binding adds ``gpusched.io/mig-fallback-applied`` (with an Event) or WoolyAI's
   ``woolyai.com/gpu-ids`` and ``woolyai.com/reserved-vram-mib``. O(GPUs + MIG devices) per
@@ -41,17 +48,20 @@ Whole GPUs:
   connected), recorded in :data:`GPU_CHOICES`. Memoised per node-info generation and per
   topology, so an unchanged node costs a dict lookup.
 - **Score** weighs the chosen set's connectivity against bin packing (``topologyWeight``,
-  ``binPackingWeight``), integer arithmetic in 0..100.
+  ``binPackingWeight``), integer arithmetic in 0..100. Connectivity is on a fixed scale
+  (:func:`gpusched.topology.set_quality`: the set's mean pair score, logarithmic from one
+  ``SYS`` hop, 0, to a DGX H100 pair, 100), so a node's score is its own whatever the other
+  nodes of the cycle are, and across a mixed fleet an NVSwitch set still outranks a DGX-1's
+  NV2 pair, which outranks a PCIe pair, where packing is equal.
 - **PostFilter** (no node fits) says why when no node could *ever* take the pod: more GPUs
   than the largest node has, or GPUs that exist but are MIG-partitioned (naming the MIG
   resources the nodes offer instead). O(nodes), only for pods that fit nowhere; it nominates
   nothing, so preemption after it still runs.
 - **Reserve** writes the choice on the chosen node as :data:`gpusched.framework.DEVICE_ASSIGNMENT`,
   which the scheduler assumes in its cache and DefaultBinder puts on the Binding.
-- **SignPod**: pods asking no GPUs sign alike; ``N`` and the priority when the score
-  depends on the node alone (``N = 1`` or ``topologyWeight`` 0); shared pods by every field
-  Filter and Score read, MIG pods by profile; MIG pods with fallbacks and rejected pods
-  ``None``.
+- **SignPod**: pods asking no GPUs sign alike; whole-GPU pods by ``N`` and the priority
+  (every score is the node's alone); shared pods by every field Filter and Score read, MIG
+  pods by profile; MIG pods with fallbacks and rejected pods ``None``.
 
 The Filter rules and reasons, the selection, the score formula with worked numbers, and why
 each signature is safe: docs/gpu_fit.md.
@@ -115,7 +125,7 @@ from gpusched.gpu_requests.native import EXCLUSIVE as EXCLUSIVE_ANNOTATION
 from gpusched.gpu_requests.native import GPU_CLASS as GPU_CLASS_ANNOTATION
 from gpusched.gpu_requests.woolyai import GPU_CLASS as WOOLYAI_GPU_CLASS_ANNOTATION
 from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory, mig_resource_name
-from gpusched.topology import GPUTopology, build_topology
+from gpusched.topology import GPUTopology, build_topology, set_quality
 
 from ._helper import pod_of, pod_spec
 from .default_binder import BINDING_ANNOTATIONS, BindingAnnotations
@@ -324,7 +334,6 @@ class _Plan:
 
 _REQUEST: Final = StateKey[GPURequest]("PreFilterGPUFit")
 _PLAN: Final = StateKey[_Plan]("PreFilterGPUFit/plan")
-_BEST_TOPOLOGY: Final = StateKey[int]("PreScoreGPUFit")
 
 
 def choice_for(state: CycleState, node_name: str) -> GPUChoice | None:
@@ -358,12 +367,14 @@ class GPUFitArgs(PluginArgs):
     """Largest number of candidate sets searched exhaustively per node; above it the search is
     greedy. Default 5000 (any request on a node of up to 8 GPUs, or 12 GPUs asking 3)."""
     topology_weight: int = Field(default=1, ge=0)
-    """``Wt`` in the score: how much a better-connected set counts. Default 1."""
+    """``Wt`` in the score: how much a better-connected set counts (its
+    :func:`~gpusched.topology.set_quality`, 0..100). Default 1."""
     bin_packing_weight: int = Field(default=1, ge=0)
     """``Wp`` in the score: how much leaving the node fuller counts. Default 1."""
     strategy: Strategy = "binpack"
     """Shared and MIG pods: ``binpack`` (the default) puts a share on the fullest GPU that
-    fits and scores fuller nodes higher, keeping whole GPUs idle for whole-GPU pods;
+    fits, and scores joining GPUs already in use above opening an idle one (then busier
+    nodes, and GPUs that keep more room), keeping whole GPUs idle for whole-GPU pods;
     ``spread`` puts it on the emptiest and scores emptier nodes higher (least interference
     between clients). Whole-GPU pods always use the topology/bin-packing score."""
 
@@ -556,7 +567,7 @@ class GPUFit(
 
     def sign_pod(self, pod: Pod) -> Hashable | None:
         """``(NAME, 0)`` for a pod asking no whole GPUs; ``(NAME, N, priority)`` for one asking
-        ``N`` when its score does not depend on the cycle's other nodes; else ``None``.
+        ``N``; shared and MIG pods by :meth:`_sign_read`; ``None`` for a pod PreFilter rejects.
 
         Why each case keeps :meth:`SignPlugin.sign_pod`'s contract:
 
@@ -566,11 +577,9 @@ class GPUFit(
         - ``N`` whole GPUs: PreFilter writes :class:`GPURequest` (``N`` and the priority,
           hence both in the fragment); Filter reads only ``N`` and the node (its choice is a
           function of the node's free GPUs and layout, and is reused for the same generation);
-        - Score reads PreScore's ``best``, the highest topology score among the cycle's
-          feasible nodes, when ``N >= 2`` and ``topologyWeight > 0``: that is relative to the
-          other nodes, so such a pod is ``None``. With ``N = 1`` topology does not apply, and
-          with ``topologyWeight = 0`` the formula reduces to ``100 * used // whole``
-          whatever ``best`` is, so those are signed.
+        - Score reads the choice (its set's :func:`~gpusched.topology.set_quality`, a fixed
+          scale, and the node's GPUs in use) and the weights: a function of ``N`` and the node
+          alone, whatever the cycle's other nodes are, for every ``N`` and both weights.
 
         No cache: the parse is the one PreFilter does (a few microseconds). Never raises.
         """
@@ -583,8 +592,6 @@ class GPUFit(
             return None
         if request is None:
             return (NAME, 0) if status.is_skip else None
-        if request.count >= 2 and self._wt > 0:
-            return None
         return (NAME, request.count, request.priority)
 
     def _sign_read(self, read: PodRequest) -> Hashable | None:
@@ -805,36 +812,48 @@ class GPUFit(
             return (fill, clients, index)
         return (-fill, -clients, index)
 
-    @staticmethod
     def _share_choice(
-        ledger: NodeLedger, chosen: tuple[int, ...], shares: Mapping[int, int], exclusive: bool
+        self,
+        ledger: NodeLedger,
+        chosen: tuple[int, ...],
+        shares: Mapping[int, int],
+        exclusive: bool,
     ) -> GPUChoice:
-        """The choice, with its fill: the mean of the chosen GPUs' reserved share of their
-        capacity after the pod and the share of the node's GPUs (MIG off) in use after it."""
+        """The choice, with its binpack fill (:func:`_join_band` / :func:`_open_band`): when
+        every chosen GPU is already in use (a share joining), ``50 + g // 2`` for the chosen
+        GPUs' reserved VRAM over capacity after the pod, ``g``; when the pod takes an idle
+        GPU (an exclusive pod always does), 0..48 by the node's GPUs (MIG off) in use
+        *before* it and the VRAM the opened GPU keeps free. O(GPUs)."""
         devices = ledger.devices
         reserved = capacity = 0
+        opens = exclusive
         for i in chosen:
             device = devices[i]
             cap = device.policy.capacity_mib(device.memory_mib or 0)
             capacity += cap
             reserved += cap if exclusive else min(device.reserved_mib + shares[i], cap)
+            if not device.holders:
+                opens = True
         whole = busy = 0
         for device in devices:
             if not device.mig_enabled:
                 whole += 1
-                if device.holders or device.index in chosen:
+                if device.holders:
                     busy += 1
-        gpu_fill = MAX_NODE_SCORE * reserved // capacity if capacity else MAX_NODE_SCORE
-        node_fill = MAX_NODE_SCORE * busy // whole if whole else MAX_NODE_SCORE
+        if opens:
+            room = 0 if exclusive else max(capacity - reserved, 0)
+            fill = _open_band(busy, whole, room, capacity, self._spread)
+        else:
+            fill = _join_band(MAX_NODE_SCORE * reserved // capacity if capacity else 0)
         uuids = tuple(devices[i].uuid or "" for i in chosen)
         return GPUChoice(
             gpu_ids=chosen,
             uuids=uuids if all(uuids) else (),
             vram_mib=tuple(shares[i] for i in chosen),
             topology_score=0,
-            free_after=whole - busy,
+            free_after=whole - busy - sum(1 for i in chosen if not devices[i].holders),
             whole_gpus=whole,
-            fill=(gpu_fill + node_fill) // 2,
+            fill=fill,
         )
 
     @staticmethod
@@ -1018,18 +1037,11 @@ class GPUFit(
     # -- PreScore / Score ------------------------------------------------------------------
 
     def pre_score(self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]) -> Status:
-        if _PLAN in state:
+        """Skip for a pod asking no GPUs; else nothing to do (every score is a function of
+        the node's choice alone), so Score runs. O(1)."""
+        if _PLAN in state or _REQUEST in state:
             return SUCCESS
-        if _REQUEST not in state:
-            return Status.skip()
-        choices = state.get(GPU_CHOICES) or GPUChoices()
-        best = 0
-        for node_info in nodes:
-            choice = choices.get(node_info.name)
-            if choice is not None and choice.topology_score > best:
-                best = choice.topology_score
-        state.write(_BEST_TOPOLOGY, best)
-        return SUCCESS
+        return Status.skip()
 
     def score(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> tuple[int, Status]:
         choice = choice_for(state, node_info.name)
@@ -1040,14 +1052,20 @@ class GPUFit(
                 plugin=NAME,
             )
         if choice.fill >= 0:  # shared or MIG: the strategy's score
-            return (MAX_NODE_SCORE - choice.fill if self._spread else choice.fill), SUCCESS
-        best = state.get(_BEST_TOPOLOGY) or 0
+            fill = choice.fill
+            plan = state.get(_PLAN)
+            if plan is not None and plan.request.mode == "mig" and choice.gpu_ids:
+                fill = _mig_band(node_info.ledger, choice, self._spread)
+            return (MAX_NODE_SCORE - fill if self._spread else fill), SUCCESS
         whole = choice.whole_gpus
         used = whole - choice.free_after
         wt, wp = self._wt, self._wp
-        if len(choice.gpu_ids) >= 2 and best > 0:
-            numerator = MAX_NODE_SCORE * (wt * choice.topology_score * whole + wp * used * best)
-            return numerator // ((wt + wp) * best * whole), SUCCESS
+        n = len(choice.gpu_ids)
+        if n >= 2 and wt:
+            # Topology on a fixed scale (set_quality), so the score is the node's alone.
+            quality = set_quality(choice.topology_score, n)
+            numerator = wt * quality * whole + wp * MAX_NODE_SCORE * used
+            return numerator // ((wt + wp) * whole), SUCCESS
         return (MAX_NODE_SCORE * used // whole if wp else 0), SUCCESS
 
     # -- Reserve -----------------------------------------------------------------------------
@@ -1151,6 +1169,70 @@ class GPUFit(
             ClusterEventWithHint(ClusterEvent("GPUNodeInventory", ActionType.ALL)),
             ClusterEventWithHint(ClusterEvent("GPUClass", ActionType.ALL), _after_class_change),
         ]
+
+
+_JOIN_FLOOR: Final = MAX_NODE_SCORE // 2
+"""Binpack scores of choices that open no idle GPU start here; those that open one stay
+below (:func:`_join_band`, :func:`_open_band`)."""
+
+
+def _join_band(fill: int) -> int:
+    """Binpack score of a choice on GPUs already in use: 50..100 by ``fill`` (0..100, how
+    full the chosen GPUs are once the pod holds its share), so the tightest fit wins. O(1)."""
+    return _JOIN_FLOOR + fill * (MAX_NODE_SCORE - _JOIN_FLOOR) // MAX_NODE_SCORE
+
+
+_OPEN_NODE: Final = 12
+"""Points of :func:`_open_band` for the node's GPUs in use before the pod."""
+_OPEN_ROOM: Final = 36
+"""Points of :func:`_open_band` for the room the opened GPU keeps (three times the node's:
+measured on benchmarks/gpu_mix.py, equal halves sent shares to small GPUs of nodes that
+whole-GPU pods had made busy, and opened 15 more GPUs at 5,000 nodes than this split)."""
+
+
+def _open_band(busy: int, total: int, room: int, size: int, spread: bool = False) -> int:
+    """Binpack score of a choice that takes an idle GPU: 0..48, a quarter (12 points) by the
+    node's GPUs in use *before* the pod (``busy`` of ``total``: a partly used node is opened
+    into before an idle one, so idle nodes stay whole for multi-GPU pods), three quarters
+    (36) by the room the opened GPU keeps for the next pods once this one holds its part
+    (``room`` of ``size``: free VRAM of its capacity, or free MIG devices of the profile of
+    its MIG devices), so later pods of the kind join it instead of opening another GPU: the
+    GPUs opened are what binpack saves, and a GPU with room saves more than a busy node.
+
+    ``spread`` (which scores ``100 -`` this) mirrors the node part only: spread too opens the
+    GPU that keeps the most room, since room is what spares the next pods' clients
+    interference (and strands no VRAM). O(1)."""
+    node = _OPEN_NODE * busy // total if total else 0
+    gpu = _OPEN_ROOM * room // size if size > 0 else 0
+    return node + (_OPEN_ROOM - gpu if spread else gpu)
+
+
+def _mig_band(ledger: NodeLedger, choice: GPUChoice, spread: bool = False) -> int:
+    """Binpack score of a MIG choice: :func:`_join_band` of the node's MIG devices held after
+    the pod (``choice.fill``) when every chosen MIG device sits on a GPU where another is
+    already held, else :func:`_open_band` of the node's MIG GPUs with one held. O(GPUs + MIG
+    devices)."""
+    held_gpus = mig_gpus = room = size = 0
+    joins = True
+    chosen = set(choice.gpu_ids)
+    uuids = set(choice.uuids)
+    for device in ledger.devices:
+        if not device.mig:
+            continue
+        mig_gpus += 1
+        held = any(m.holder is not None for m in device.mig)
+        held_gpus += held
+        if device.index in chosen:
+            if not held:
+                joins = False
+            resources = {m.resource for m in device.mig if m.uuid in uuids}
+            for m in device.mig:
+                if m.resource in resources:
+                    size += 1
+                    room += m.holder is None and m.uuid not in uuids
+    if joins:
+        return _join_band(choice.fill)
+    return _open_band(held_gpus, mig_gpus, room, size, spread)
 
 
 def _free_mig(node_info: NodeInfo, resource: str) -> int:

@@ -16,6 +16,8 @@ from .graph import (
     NVLINK_SCORE,
     PCIE_LEVELS,
     PCIE_SCORE,
+    QUALITY_CEILING,
+    QUALITY_FLOOR,
     Link,
     LinkLike,
     PCIeLevel,
@@ -23,6 +25,7 @@ from .graph import (
     link_score,
     nvlink_domains,
     pair_score,
+    set_quality,
     set_score,
     weakest_link,
 )
@@ -39,6 +42,8 @@ __all__ = [
     "NVLINK_SCORE",
     "PCIE_LEVELS",
     "PCIE_SCORE",
+    "QUALITY_CEILING",
+    "QUALITY_FLOOR",
     "GPUTopology",
     "Link",
     "LinkLike",
@@ -52,6 +57,7 @@ __all__ = [
     "nvlink_domains",
     "pair_score",
     "score_matrix",
+    "set_quality",
     "set_score",
     "weakest_link",
 ]

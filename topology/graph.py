@@ -34,6 +34,18 @@ which stops at twelve links, every NVLink count scores (NVSwitch pairs report 18
 is bandwidth-ish: NVLink 2, 3 and 4 all move about 25 GB/s per link and direction, so
 ``100 * nvlinks`` is proportional to NVLink bandwidth on V100, A100 and H100.
 
+**Set quality** (:func:`set_quality`) puts a set's score on a fixed 0..100 scale that any
+node can be judged on alone, without the other nodes of a scheduling cycle: the mean pair
+score of the set on a logarithmic scale from one ``SYS`` hop (10, quality 0) to eighteen
+NVLinks under one PCIe switch (``NV18`` + ``PIX``, 1850, a DGX H100 pair: quality 100), and
+clamped to that range. Logarithmic because pair scores span two orders of magnitude: on a
+linear scale every non-NVSwitch set would sit within a few points of 0 and topology would stop
+telling a DGX-1's NV2 pair (quality 61) from its cross-socket PCIe pair (0), while on this one
+the order across products stays the order of the pair scores: an NVSwitch pair 99-100, an
+A40 bridged pair (``NV4`` + ``PIX``) 72, ``NV2`` + ``PIX`` 61, ``NV1`` + ``PIX`` 51, ``PIX``
+alone 30, ``PHB`` 21, ``NODE`` 13, ``SYS`` 0. A layout better than the ceiling (more than
+eighteen NVLinks a pair) scores 100 like a DGX H100.
+
 This module is pure Python over networkx; it imports nothing from Kubernetes or gpusched.
 Links are taken structurally (:class:`LinkLike`), so the inventory's link records and the
 small :class:`Link` dataclass here are both accepted without conversion. GPU-set selection
@@ -45,8 +57,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from itertools import combinations
-from typing import Protocol
+from math import comb, log
+from typing import Final, Protocol
 
 import networkx as nx
 
@@ -54,6 +68,8 @@ __all__ = [
     "NVLINK_SCORE",
     "PCIE_LEVELS",
     "PCIE_SCORE",
+    "QUALITY_CEILING",
+    "QUALITY_FLOOR",
     "Link",
     "LinkLike",
     "PCIeLevel",
@@ -61,6 +77,7 @@ __all__ = [
     "link_score",
     "nvlink_domains",
     "pair_score",
+    "set_quality",
     "set_score",
     "weakest_link",
 ]
@@ -90,6 +107,12 @@ NVLINK_SCORE = 100
 
 PCIE_SCORE: dict[str, int] = {"PIX": 50, "PXB": 40, "PHB": 30, "NODE": 20, "SYS": 10}
 """Score of a pair's PCIe common ancestor (go-gpuallocator's values)."""
+
+
+QUALITY_FLOOR: Final = 10
+"""Mean pair score of quality 0: one ``SYS`` hop (go-gpuallocator's weakest PCIe path)."""
+QUALITY_CEILING: Final = 18 * 100 + 50
+"""Mean pair score of quality 100: ``NV18`` + ``PIX``, the best pair of a DGX H100."""
 
 
 class LinkLike(Protocol):
@@ -182,6 +205,26 @@ def set_score(graph: nx.Graph, gpus: Iterable[int]) -> int:
     """
     members = sorted(set(gpus))
     return sum(pair_score(graph, a, b) for a, b in combinations(members, 2))
+
+
+@lru_cache(maxsize=4096)
+def set_quality(score: int, n: int) -> int:
+    """How well connected a set of ``n`` GPUs with set score ``score`` is, 0..100, judged
+    alone (module docstring): ``100 * ln(mean / 10) / ln(1850 / 10)`` of the mean pair score
+    ``score / C(n, 2)``, rounded down and clamped to 0..100. 0 for fewer than two GPUs or a
+    set whose pairs average at most one ``SYS`` hop. O(1) (memoised).
+
+    ``ValueError`` for a negative ``score`` or ``n``.
+    """
+    if score < 0 or n < 0:
+        raise ValueError(f"set_quality needs score >= 0 and n >= 0, got {score} and {n}")
+    pairs = comb(n, 2)
+    if not pairs or score <= QUALITY_FLOOR * pairs:
+        return 0
+    if score >= QUALITY_CEILING * pairs:
+        return 100
+    span = log(QUALITY_CEILING / QUALITY_FLOOR)
+    return min(int(100 * log(score / (QUALITY_FLOOR * pairs)) / span + 1e-9), 100)
 
 
 def weakest_link(graph: nx.Graph, gpus: Iterable[int]) -> int | None:

@@ -3,7 +3,7 @@
 What ``test_equivalence.py``'s random sequence leaves out: inventories added, changed and
 deleted; nodes removed and re-added under the same name with another shape; bound pods
 confirmed by the informers (with their assignment annotations) and then finished; GPUFit with
-``topologyWeight`` 0 (so that multi-GPU pods sign too); MIG nodes. After each placement the
+``topologyWeight`` 0 and 1 (multi-GPU pods sign with both); MIG nodes. After each placement the
 class's answer is checked against a full cycle over every node (``_place``), and ``_check()``
 of the classes and of the cache runs after every step.
 """

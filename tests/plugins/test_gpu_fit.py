@@ -379,9 +379,9 @@ def test_bin_packing_prefers_the_fuller_node(fw: Framework) -> None:
 @pytest.mark.parametrize(
     ("busy", "expected"),
     [
-        ([], 62),  # t = 250/250, p = 2/8: 100 x (1 + 0.25) / 2
-        ([0, 1, 2, 3], 87),  # NV2 pair {6, 7} left and p = 6/8
-        ([1, 2, 3, 4, 6, 7], 52),  # only {0, 5} left, PCIe across sockets: t = 10/250, p = 1
+        ([], 43),  # set_quality(NV2+PIX = 250) = 61, p = 2/8: (61 + 25) / 2
+        ([0, 1, 2, 3], 68),  # NV2 pair {6, 7} left (61) and p = 6/8
+        ([1, 2, 3, 4, 6, 7], 50),  # only {0, 5} left, PCIe across sockets (SYS: 0), p = 1
     ],
 )
 def test_score_formula(busy: list[int], expected: int) -> None:
@@ -395,7 +395,7 @@ def test_score_formula(busy: list[int], expected: int) -> None:
     infos = cluster.nodes()
     for info in infos:
         assert plugin.filter(state, pod, info) is SUCCESS
-    assert plugin.pre_score(state, pod, infos) is SUCCESS  # best: an NV2+PIX pair, 250
+    assert plugin.pre_score(state, pod, infos) is SUCCESS
     assert plugin.score(state, pod, cluster.node("dgx-v100-001")) == (expected, SUCCESS)
 
 
@@ -443,9 +443,9 @@ SIGNATURES: list[tuple[str, PodBuilder, GPUFitArgs, Hashable | None]] = [
     ("GPU in a 2nd container", make_pod().container({RESOURCE_GPU: "1"}), DEFAULT, (NAME, 1, 0)),
     ("one GPU, priority 3", make_pod().gpus(1).priority(3), DEFAULT, (NAME, 1, 3)),
     ("one GPU, packing only", make_pod().gpus(1), PACKING_ONLY, (NAME, 1, 0)),
-    # N >= 2: the topology term is relative to the best node of the cycle, unless weighed 0.
-    ("two GPUs", make_pod().gpus(2), DEFAULT, None),
-    ("eight GPUs", make_pod().gpus(8).priority(1), DEFAULT, None),
+    # N >= 2: the topology term is on a fixed scale (set_quality), a function of the node.
+    ("two GPUs", make_pod().gpus(2), DEFAULT, (NAME, 2, 0)),
+    ("eight GPUs", make_pod().gpus(8).priority(1), DEFAULT, (NAME, 8, 1)),
     ("two GPUs, packing only", make_pod().gpus(2), PACKING_ONLY, (NAME, 2, 0)),
     ("eight GPUs, packing only", make_pod().gpus(8).priority(4), PACKING_ONLY, (NAME, 8, 4)),
     # PreFilter rejects these: the full path gives the pod its message.
@@ -482,7 +482,7 @@ def test_sign_pod(what: str, pod: PodBuilder, args: GPUFitArgs, fragment: Hashab
         assert status is SUCCESS
         gpus = pod_requests(pod.obj()).scalar.get(RESOURCE_GPU, 0)
         if gpus:
-            assert (fragment is None) == (args.topology_weight > 0 and gpus >= 2)
+            assert fragment is not None  # every whole-GPU pod PreFilter accepts signs
 
 
 @pytest.mark.parametrize(
@@ -570,15 +570,16 @@ def test_pods_signed_alike_filter_and_score_alike(
         assert evaluate(GPUFit(args), second.obj(), nodes, {name})[1] == {name: score}
 
 
-def test_multi_gpu_scores_depend_on_the_other_nodes() -> None:
-    """Why a pod asking N >= 2 GPUs with topology weighed is not signed."""
+def test_multi_gpu_scores_do_not_depend_on_the_other_nodes() -> None:
+    """Why a pod asking N >= 2 GPUs with topology weighed is signed: a node scores the same
+    whether it is scored with the others or alone."""
     nodes = signing_cluster().nodes()
     pod = make_pod().gpus(2).obj()
-    assert GPUFit().sign_pod(pod) is None
+    assert GPUFit().sign_pod(pod) == (NAME, 2, 0)
     _, together = evaluate(GPUFit(), pod, nodes)
     _, alone = evaluate(GPUFit(), pod, nodes, {"dgx-v100-002"})
-    # Only {0, 5} is left there (PCIe across sockets): poor next to the others, best alone.
-    assert together["dgx-v100-002"] < alone["dgx-v100-002"] == 100
+    # Only {0, 5} is left there (PCIe across sockets, quality 0), and the node is full after.
+    assert together["dgx-v100-002"] == alone["dgx-v100-002"] == 50
 
 
 # -- what the scheduler does with the choice ---------------------------------------------------

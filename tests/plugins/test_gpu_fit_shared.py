@@ -296,13 +296,16 @@ def test_score_strategy(args: GPUFitArgs, expected: str) -> None:
     scores = {info.name: plugin.score(state, pod, info)[0] for info in nodes}
     assert all(0 <= s <= 100 for s in scores.values())
     assert max(scores, key=lambda n: scores[n]) == expected
-    # binpack: 10+40 of 80Gi on one of 2 GPUs -> (62 + 50) // 2; idle: (12 + 50) // 2.
-    busy = (100 * 50 * GI // H100_MIB + 50) // 2
-    idle = (100 * 10 * GI // H100_MIB + 50) // 2
+    # binpack joins GPU 0 (50 of 80Gi after: 50 + 62 // 2); on the idle node it opens a GPU
+    # of an idle node (node part 0 of 12) keeping 70 of 80Gi free (36 * 70/80 = 31).
+    busy = 50 + (100 * 50 * GI // H100_MIB) // 2
+    idle = 36 * (H100_MIB - 10 * GI) // H100_MIB
     want = (
         {"busy": busy, "idle": idle}
         if args is BINPACK
-        else {"busy": 100 - busy, "idle": 100 - idle}
+        # spread takes the busy node's idle GPU 1 (node 1 of 2 in use: 12 // 2 = 6) and
+        # mirrors the node part only: 100 - (6 + 36 - 31) and 100 - (0 + 36 - 31).
+        else {"busy": 100 - (6 + 36 - idle), "idle": 100 - (36 - idle)}
     )
     assert scores == want
 
