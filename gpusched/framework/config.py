@@ -619,8 +619,14 @@ def default_plugins() -> Plugins:
         NodeAffinity       weight 2  preFilter, filter, preScore, score
         NodeResourcesFit   weight 1  preFilter, filter, preScore, score
         GPUFit             weight 2  preFilter, filter, preScore, score, reserve
+        PreferredNode      weight 10 preScore, score
         DefaultBinder                bind
         SchedulingGates              preEnqueue
+
+    PreferredNode honours the pod's ``gpusched.io/preferred-node`` (a modifier of the pod
+    API, so on by default; weighted to win while the pod fits there); it skips every other
+    pod at PreScore and signs, so batching is unaffected. The other score strategies
+    (docs/strategies.md) are opt-in.
     """
     return Plugins(
         multi_point=PluginSet(
@@ -632,6 +638,7 @@ def default_plugins() -> Plugins:
                 PluginRef(name="NodeAffinity", weight=2),
                 PluginRef(name="NodeResourcesFit", weight=1),
                 PluginRef(name="GPUFit", weight=2),
+                PluginRef(name="PreferredNode", weight=10),
                 PluginRef(name="DefaultBinder"),
                 PluginRef(name="SchedulingGates"),
             ]

@@ -26,11 +26,13 @@ EXPECTED = [
     "NodeAffinity",
     "NodeResourcesFit",
     "GPUFit",
+    "PreferredNode",
     "DefaultBinder",
     "SchedulingGates",
 ]
-OPT_IN = ["GPUCost", "PreferredNode", "RandomScore", "VRAMHeadroom"]
-"""Score strategies a profile enables and weights (docs/strategies.md); none by default."""
+OPT_IN = ["GPUCost", "RandomScore", "VRAMHeadroom"]
+"""Score strategies a profile enables and weights (docs/strategies.md); PreferredNode, a pod
+modifier, is on by default."""
 
 
 def test_every_built_in_plugin_but_the_score_strategies_is_enabled_by_default() -> None:
@@ -53,8 +55,14 @@ def test_the_default_configuration_builds() -> None:
             "GPUFit",
         ],
         "postFilter": ["GPUFit"],
-        "preScore": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit"],
-        "score": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit"],
+        "preScore": [
+            "TaintToleration",
+            "NodeAffinity",
+            "NodeResourcesFit",
+            "GPUFit",
+            "PreferredNode",
+        ],
+        "score": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit", "PreferredNode"],
         "reserve": ["GPUFit"],
         "permit": [],
         "preBind": [],
@@ -66,8 +74,9 @@ def test_the_default_configuration_builds() -> None:
         "NodeAffinity": 2,
         "NodeResourcesFit": 1,
         "GPUFit": 2,
+        "PreferredNode": 10,
     }
-    assert set(fw.enqueue_extensions()) == set(EXPECTED) - {"DefaultBinder"}
+    assert set(fw.enqueue_extensions()) == set(EXPECTED) - {"DefaultBinder", "PreferredNode"}
 
 
 def test_every_plugin_module_follows_the_house_style() -> None:
