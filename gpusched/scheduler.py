@@ -736,8 +736,9 @@ class Scheduler:
         later has seen ours, so replicas started together split the backlog from the first pod
         instead of each scheduling it until it sees the others. Bounded: shares are for speed,
         not safety."""
-        try:
-            await asyncio.wait_for(self.membership.announced.wait(), timeout)
+        try:  # asyncio.timeout: 3.11's wait_for can swallow a cancellation that coincides
+            async with asyncio.timeout(timeout):
+                await self.membership.announced.wait()
         except TimeoutError:
             log.warning(
                 "%s: own membership Lease not seen in %.0fs; scheduling anyway",

@@ -542,8 +542,9 @@ class APIServer:
                     next_bookmark = now + self.bookmark_interval
                 wake = min(deadline, next_bookmark) if start.bookmarks else deadline
                 if not watcher.buffer:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(watcher.wait(), timeout=max(wake - now, 0.0))
+                    with contextlib.suppress(TimeoutError):  # not wait_for (3.11 cancellation)
+                        async with asyncio.timeout(max(wake - now, 0.0)):
+                            await watcher.wait()
                 pending.extend(watcher.buffer)
                 watcher.buffer.clear()
         except (ConnectionResetError, asyncio.CancelledError):
