@@ -484,11 +484,13 @@ class Replicas(_Model):
     """Seconds between renewals of the membership Lease; less than leaseDurationSeconds.
     Default 5."""
 
-    sync_grace_seconds: float = Field(default=30.0, ge=0)
+    sync_grace_seconds: float = Field(default=0.0, ge=0)
     """A replica announces itself as soon as it starts, before its informers have synced; the
     others leave its share to it for at most this long from its start (its Lease's
-    ``acquireTime``) while it syncs, so replicas started together split a backlog from the
-    first pod. One that is still syncing after that is left out until it is ready. Default 30."""
+    ``acquireTime``) while it syncs. One still syncing after that is left out until it is
+    ready. Default 0: a replica takes no share until it can schedule, so one that is ready
+    first schedules every pod meanwhile (benchmarks/two_replicas.py at 5,000 nodes: two
+    replicas 1.03-1.25x one with 0, 0.93-1.04x with 30, 0 failed binds either way)."""
 
     @model_validator(mode="after")
     def _check_timing(self) -> Self:
