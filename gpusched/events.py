@@ -257,9 +257,17 @@ class EventRecorder:
         self.forget(meta.get("uid", ""))
 
     def failed_scheduling(
-        self, pod: Mapping[str, Any], message: str, reason: str = "Unschedulable"
+        self,
+        pod: Mapping[str, Any],
+        message: str,
+        reason: str = "Unschedulable",
+        nominated_node: str | None = None,
     ) -> None:
-        """A pod could not be placed: an Event (unless repeated) and the pod condition."""
+        """A pod could not be placed: an Event (unless repeated) and the pod condition, with
+        ``status.nominatedNodeName`` in the same patch when preemption nominated a node (as
+        upstream's ``updatePod`` in the failure handler)."""
+        if nominated_node is not None:
+            self._condition(pod, reason, message, nominated_node)
         uid = pod["metadata"].get("uid", "")
         now = self.clock.monotonic()
         last = self._last.get(uid)
@@ -271,7 +279,8 @@ class EventRecorder:
         while len(self._last) > 100_000:
             self._last.popitem(last=False)
         self._record(_pod_ref(pod), "Warning", "FailedScheduling", "Scheduling", message)
-        self._condition(pod, reason, message)
+        if nominated_node is None:
+            self._condition(pod, reason, message)
 
     def eventf(
         self, regarding: Mapping[str, Any], event_type: str, reason: str, action: str, message: str
@@ -334,19 +343,25 @@ class EventRecorder:
             while len(self._events) > self.cache_size:
                 self._events.popitem(last=False)  # no longer aggregated; still written
 
-    def _condition(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
-        conditions = (pod.get("status") or {}).get("conditions") or []
+    def _condition(
+        self, pod: Mapping[str, Any], reason: str, message: str, nominated: str | None = None
+    ) -> None:
+        status = pod.get("status") or {}
+        conditions = status.get("conditions") or []
         current = (reason, message)
         for c in conditions:
-            if (c.get("type"), c.get("status")) == ("PodScheduled", "False") and (
-                c.get("reason"),
-                c.get("message"),
-            ) == current:
+            if (
+                (c.get("type"), c.get("status")) == ("PodScheduled", "False")
+                and (c.get("reason"), c.get("message")) == current
+                and (nominated is None or status.get("nominatedNodeName") == nominated)
+            ):
                 return  # the pod already says so
         meta = pod["metadata"]
+        extra = {"nominatedNodeName": nominated} if nominated is not None else {}
         body = {
             "metadata": {"uid": meta["uid"]},
             "status": {
+                **extra,
                 "conditions": [
                     {
                         "type": "PodScheduled",
@@ -356,7 +371,7 @@ class EventRecorder:
                         "lastProbeTime": None,
                         "lastTransitionTime": _ts(self.clock.now()),
                     }
-                ]
+                ],
             },
         }
         waiting = self._conditions.get(meta["uid"])

@@ -434,6 +434,28 @@ class SchedulingQueue:
         self._in_flight[info.uid] = _Flight(info, self._cycle)
         return info
 
+    def take(self, uid: str) -> QueuedPodInfo | None:
+        """Pop this pod, wherever it waits (active, backoff or unschedulable; not gated): a
+        gang's scheduling cycle takes its pending siblings with the pod it popped. As
+        :meth:`pop` does, it starts a new cycle for the pod (``info.cycle``, ``attempts``)
+        and puts it in flight. None if the pod is gated, in flight or unknown. O(log n)."""
+        if uid in self._active_index:
+            info = self._remove_active(uid)
+        elif uid in self._backoff_index:
+            info = self._remove_backoff(uid)
+        elif uid in self._unschedulable:
+            info = self._remove_unschedulable(uid)
+        else:
+            return None
+        self._cycle += 1
+        info.cycle = self._cycle
+        info.attempts += 1
+        info.unschedulable_plugins = set()
+        info.pending_plugins = set()
+        info.nominated_node_name = None
+        self._in_flight[info.uid] = _Flight(info, self._cycle)
+        return info
+
     def add_unschedulable(self, info: QueuedPodInfo, cycle: int | None = None) -> str | None:
         """The pod's attempt failed: rejected by ``info.unschedulable_plugins`` (or made to
         wait by ``info.pending_plugins``), which the scheduler set. O(log n).

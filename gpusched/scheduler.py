@@ -45,7 +45,7 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,8 @@ from gpusched.framework import (
     CycleState,
     Framework,
     PluginRegistry,
+    PodGroup,
+    PreFilterResult,
     QueueingHint,
     QueueingHintFn,
     SchedulerConfiguration,
@@ -358,6 +360,7 @@ class Scheduler:
             on_change=self._on_shares_changed,
             on_write=self.metrics.api_write,
         )
+        self._pod_handlers = [fw for fw in self.frameworks.values() if fw.has_pod_handlers()]
         self.informers = self._informers()
         self.pods = self.informers[2]
 
@@ -417,6 +420,19 @@ class Scheduler:
                     (WOOLY_KIND_CLUSTER, self.policies.on_woolyai_cluster_policy),
                     (WOOLY_KIND_CLASS, self._class_handler(self.policies.on_woolyai_class)),
                 )
+            ),
+            # What plugins keep in memory (gang objects, PodDisruptionBudgets...).
+            *(
+                Reflector(
+                    k,
+                    resource_path(inf.group, inf.version, inf.plural, inf.namespace),
+                    handler=inf.handler,
+                    label_selector=inf.label_selector or "",
+                    name=f"{fw.profile_name}/{inf.plural}" + (f".{inf.group}" if inf.group else ""),
+                    optional=inf.optional,
+                )
+                for fw in self.frameworks.values()
+                for inf in fw.informers()
             ),
         ]
 
@@ -547,10 +563,17 @@ class Scheduler:
                 or self.queue.get(uid) is not None
                 or uid in self._binding
                 or self.cache.is_assumed(uid)
-                or not self.membership.takes(uid, name)
+                or not self._takes(pod, name)
             ):
                 continue
             self.queue.add(pod)  # a pod PreEnqueue holds back is reported by on_gated
+
+    def _takes(self, pod: dict[str, Any], scheduler_name: str) -> bool:
+        """Whether this replica schedules the pod now: pods are shared among the live replicas
+        by uid, the members of a gang by their group's key (one replica plans a whole gang)."""
+        fw = self.frameworks.get(scheduler_name)
+        key = fw.group_key(pod) if fw is not None else None
+        return self.membership.takes(key or pod["metadata"]["uid"], scheduler_name)
 
     def _on_gated(self, info: QueuedPodInfo) -> None:
         """A pod a PreEnqueue plugin holds back (or whose reason changed): tell its owner why,
@@ -578,6 +601,11 @@ class Scheduler:
         self._emit("Pod/Delete", assumed, None, skip=None if moves_itself else pod_uid)
 
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._handle_pod(kind, pod, old)
+        for fw in self._pod_handlers:
+            fw.on_pod(kind, pod, old)
+
+    def _handle_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         meta = pod["metadata"]
         spec = pod.get("spec") or {}
         uid = meta["uid"]
@@ -614,7 +642,7 @@ class Scheduler:
             return
         if uid in self._binding or self.cache.is_assumed(uid):
             return  # our decision is being bound; this is an older view of the pod
-        if not self.membership.takes(uid, spec["schedulerName"]):
+        if not self._takes(pod, spec["schedulerName"]):
             self.queue.delete(pod)  # another live replica's (queued again if it leaves)
             return
         # PreEnqueue runs in the queue; a pod it gates is reported through ``on_gated``.
@@ -711,6 +739,14 @@ class Scheduler:
             tasks.append(
                 asyncio.create_task(self.policies.run(self.kube), name="gpu-policy-status")
             )
+            for fw in self.frameworks.values():
+                for plugin in fw.background_plugins():
+                    tasks.append(
+                        asyncio.create_task(
+                            _logged(plugin.background(), f"{fw.profile_name}/{plugin!r}"),
+                            name=f"plugin-{fw.profile_name}-{plugin!r}",
+                        )
+                    )
             await self._loop()
         finally:
             self.queue.close()
@@ -773,7 +809,7 @@ class Scheduler:
         pod = info.pod
         started = time.perf_counter()
         fw = self.frameworks.get((pod.get("spec") or {}).get("schedulerName", ""))
-        if fw is None or not self.membership.takes(info.uid, fw.profile_name):
+        if fw is None or not self._takes(pod, fw.profile_name):
             # Another live replica's pod: left to it (queued again if it leaves).
             self.queue.done(info.uid, info.cycle)
             return SchedulingResult(None)
@@ -781,8 +817,18 @@ class Scheduler:
             # Bound by us a moment ago, and the informer has not shown it yet: wait for it.
             self.queue.requeue_after_error(info)
             return SchedulingResult(None)
-        state = CycleState(record_plugin_metrics=self.rng.random() < 0.1)
         self.cache.update_snapshot(self.snapshot)
+        try:
+            group = fw.pod_group(pod)
+        except Exception as exc:  # a plugin bug: the pod backs off, the scheduler goes on
+            log.exception("reading the pod group of %s failed", _key(pod))
+            self._attempt("error", fw, started)
+            self.queue.requeue_after_error(info)
+            self.events.failed_scheduling(pod, f"scheduler error: {exc}", reason="SchedulerError")
+            return SchedulingResult(None, status=Status.error(exc))
+        if group is not None:
+            return self._schedule_group(fw, info, group, started)
+        state = CycleState(record_plugin_metrics=self.rng.random() < 0.1)
         try:
             result = self.find_placement(fw, state, pod)
         except Exception as exc:  # a plugin bug: the pod backs off, the scheduler goes on
@@ -798,25 +844,13 @@ class Scheduler:
         # Reserve, then assume: the device plugin's Reserve writes DEVICE_ASSIGNMENT, and the
         # pod is assumed with those devices (stamped with a reservation uid) so that the next
         # cycle's snapshot has them taken (the key's contract, gpusched.framework).
-        assignment: Assignment | None = None
-        status = fw.run_reserve(state, pod, node)
-        if status.is_success:
-            devices = state.get(DEVICE_ASSIGNMENT) or _NO_DEVICES
-            assignment = Assignment(
-                devices.gpu_ids,
-                devices.gpu_uuids,
-                devices.vram_mib,
-                str(uuid.UUID(int=self._ids.getrandbits(128), version=4)),
-            )
-            state.write(DEVICE_ASSIGNMENT, assignment)
-            try:
-                self.cache.assume_pod(pod, node, assignment)
-            except CacheError as exc:
-                fw.run_unreserve(state, pod, node)
-                log.warning("assuming %s on %s failed: %s", _key(pod), node, exc)
-                self._attempt("error", fw, started)
-                self.queue.requeue_after_error(info)
-                return SchedulingResult(None, status=Status.error(exc))
+        try:
+            assignment, status = self._reserve_and_assume(fw, state, pod, node)
+        except CacheError as exc:
+            self._attempt("error", fw, started)
+            self.queue.requeue_after_error(info)
+            return SchedulingResult(None, status=Status.error(exc))
+        if assignment is not None:
             status = fw.run_permit(state, pod, node)
         if not (status.is_success or status.is_wait):
             fw.run_unreserve(state, pod, node)
@@ -831,25 +865,200 @@ class Scheduler:
             self._attempt("unschedulable" if status.is_rejected else "error", fw, started)
             return SchedulingResult(None, status=status)
         assert assignment is not None  # Reserve and Permit succeeded
+        self._start_binding(fw, state, info, node, assignment, started)
+        result.assignment = assignment
+        return result
+
+    # ------------------------------------------------------------------ gangs
+
+    def _schedule_group(
+        self, fw: Framework, first: QueuedPodInfo, group: PodGroup, started: float
+    ) -> SchedulingResult:
+        """One scheduling cycle for a whole gang: every pending member is placed, reserved and
+        assumed in turn (each on the snapshot that holds the ones before it), in the first of
+        the group's topology domains that holds them all; then Permit runs for each and every
+        member's binding cycle starts. If any member fits nowhere, every member planned is
+        unreserved and forgotten: nothing stays reserved, and the members wait together as
+        unschedulable. The siblings are taken out of the queue (``SchedulingQueue.take``);
+        members gated, in flight or not yet created are not planned, and if the rest cannot
+        reach ``min_member`` nothing is. Never awaits. O(members x a cycle)."""
+        members = [first]
+        for uid in group.pending:
+            if uid != first.uid and not self.cache.is_assumed(uid) and uid not in self._binding:
+                taken = self.queue.take(uid)
+                if taken is not None:
+                    members.append(taken)
+        plugin = fw.group_plugin_name
+        short = group.min_member - group.placed - len(members)
+        if short > 0:
+            message = (
+                f"pod group {group.key} needs {group.min_member} members; "
+                f"{group.placed + len(members)} can be scheduled now (the others are not "
+                f"created yet, gated, or being scheduled): nothing is reserved until they are"
+            )
+            self._group_unschedulable(fw, members, {plugin}, message, started)
+            return SchedulingResult(None, status=Status.unschedulable(message, plugin=plugin))
+        domains: tuple[frozenset[str] | None, ...] = group.domains or (None,)
+        if not group.domain_required and group.domains:
+            domains = (*group.domains, None)
+        failure: tuple[QueuedPodInfo, SchedulingResult] | None = None
+        planned: list[_Planned] = []
+        for domain in domains:
+            planned, failure = self._plan_members(fw, members, domain, plugin)
+            if failure is None:
+                break
+        if failure is not None:
+            failed, result = failure
+            fit = fit_error_message(
+                len(domains[-1]) if domains[-1] is not None else self.snapshot.num_nodes, result
+            )
+            message = (
+                f"pod group {group.key}: its {len(members)} pending members do not fit "
+                f"together (member {failed.key}: {fit})"
+            )
+            if group.domain_required and group.domain_message:
+                message = f"pod group {group.key}: {group.domain_message} ({fit})"
+            plugins = {st.plugin for st in result.statuses.values() if st.plugin}
+            if result.status is not None and result.status.plugin:
+                plugins.add(result.status.plugin)
+            self._group_unschedulable(fw, members, plugins | {plugin}, message, started)
+            return result
+        # Everyone is reserved and assumed: Permit, then the binding cycles.
+        for i, p in enumerate(planned):
+            status = fw.run_permit(p.state, p.info.pod, p.node)
+            if not (status.is_success or status.is_wait):
+                for q in planned[:i]:
+                    fw.reject_waiting_pod(q.info.uid, status.plugin, status.message())
+                self._unplan(fw, planned)
+                self._group_unschedulable(
+                    fw,
+                    members,
+                    {status.plugin} if status.plugin else set(),
+                    status.message(),
+                    started,
+                )
+                return SchedulingResult(None, status=status)
+        for p in planned:
+            self._start_binding(fw, p.state, p.info, p.node, p.assignment, started)
+        head = planned[0]
+        return SchedulingResult(head.node, assignment=head.assignment)
+
+    def _plan_members(
+        self,
+        fw: Framework,
+        members: list[QueuedPodInfo],
+        within: frozenset[str] | None,
+        plugin: str,
+    ) -> tuple[list[_Planned], tuple[QueuedPodInfo, SchedulingResult] | None]:
+        """Place, reserve and assume each member in turn (on nodes ``within``, or anywhere);
+        on the first that does not fit, undo the others and return it with its result."""
+        planned: list[_Planned] = []
+        for info in members:
+            pod = info.pod
+            state = CycleState()
+            self.cache.update_snapshot(self.snapshot)
+            result = self.find_placement(fw, state, pod, within=within, within_plugin=plugin)
+            if result.node is None:
+                self._unplan(fw, planned)
+                return [], (info, result)
+            node = result.node
+            try:
+                assignment, status = self._reserve_and_assume(fw, state, pod, node)
+            except CacheError as exc:
+                assignment, status = None, Status.error(exc)
+            if assignment is None:
+                self._unplan(fw, planned)
+                return [], (info, SchedulingResult(None, status=status))
+            planned.append(_Planned(info, state, node, assignment))
+        return planned, None
+
+    def _unplan(self, fw: Framework, planned: list[_Planned]) -> None:
+        """Undo ``_plan_members``: unreserve and forget each member, latest first."""
+        for p in reversed(planned):
+            fw.run_unreserve(p.state, p.info.pod, p.node)
+            self.cache.forget_pod(p.info.pod)
+        self.cache.update_snapshot(self.snapshot)
+
+    def _group_unschedulable(
+        self,
+        fw: Framework,
+        members: list[QueuedPodInfo],
+        plugins: set[str],
+        message: str,
+        started: float,
+    ) -> None:
+        """The gang could not be placed: each member waits as unschedulable for an event one
+        of ``plugins`` registered for, with a FailedScheduling Event saying why."""
+        for info in members:
+            info.unschedulable_plugins = set(plugins)
+            self.queue.add_unschedulable(info)
+            self.events.failed_scheduling(info.pod, message)
+            self._attempt("unschedulable", fw, started)
+
+    def _reserve_and_assume(
+        self, fw: Framework, state: CycleState, pod: dict[str, Any], node: str
+    ) -> tuple[Assignment | None, Status]:
+        """Reserve, then assume the pod with the devices Reserve chose (stamped with a new
+        reservation uid). ``(None, why)`` when Reserve failed (undone); a ``CacheError`` when
+        assuming failed (Reserve undone)."""
+        status = fw.run_reserve(state, pod, node)
+        if not status.is_success:
+            fw.run_unreserve(state, pod, node)
+            return None, status
+        devices = state.get(DEVICE_ASSIGNMENT) or _NO_DEVICES
+        assignment = Assignment(
+            devices.gpu_ids,
+            devices.gpu_uuids,
+            devices.vram_mib,
+            str(uuid.UUID(int=self._ids.getrandbits(128), version=4)),
+        )
+        state.write(DEVICE_ASSIGNMENT, assignment)
+        try:
+            self.cache.assume_pod(pod, node, assignment)
+        except CacheError as exc:
+            fw.run_unreserve(state, pod, node)
+            log.warning("assuming %s on %s failed: %s", _key(pod), node, exc)
+            raise
+        return assignment, status
+
+    def _start_binding(
+        self,
+        fw: Framework,
+        state: CycleState,
+        info: QueuedPodInfo,
+        node: str,
+        assignment: Assignment,
+        started: float,
+    ) -> None:
         task = asyncio.create_task(
             self._binding_cycle(fw, state, info, node, assignment, started),
-            name=f"bind-{_key(pod)}",
+            name=f"bind-{info.key}",
         )
         self._binding[info.uid] = task
         uid = info.uid
         task.add_done_callback(lambda done: self._forget_binding(uid, done))
-        result.assignment = assignment
-        return result
+
+    # ------------------------------------------------------------------ placement
 
     def find_placement(
-        self, fw: Framework, state: CycleState, pod: dict[str, Any]
+        self,
+        fw: Framework,
+        state: CycleState,
+        pod: dict[str, Any],
+        *,
+        within: frozenset[str] | None = None,
+        within_plugin: str = "",
     ) -> SchedulingResult:
         """PreFilter, then the pod's equivalence class or Filter (adaptive node sampling) and
-        Score; select. Pure and synchronous."""
+        Score; select. Pure and synchronous. ``within``: only these nodes (a gang's topology
+        domain, left out as ``within_plugin``'s, as a PreFilterResult would)."""
         pre, status = fw.run_pre_filter(state, pod)
         all_nodes = self.snapshot.node_infos()
         if not status.is_success:
             return SchedulingResult(None, status=status)
+        if within is not None:
+            restriction = PreFilterResult(within, frozenset({within_plugin}))
+            pre = restriction if pre is None or pre.node_names is None else pre.merge(restriction)
         nodes = all_nodes
         left_out: Status | None = None  # the status of the nodes a PreFilterResult left out
         if pre is not None and pre.node_names is not None:
@@ -981,7 +1190,7 @@ class Scheduler:
             info.unschedulable_plugins = plugins
             info.nominated_node_name = nominated
             self.queue.add_unschedulable(info)
-        self.events.failed_scheduling(info.pod, message)
+        self.events.failed_scheduling(info.pod, message, nominated_node=nominated)
         self._attempt("error" if is_error else "unschedulable", fw, started)
 
     def _attempt(self, result: str, fw: Framework, started: float) -> None:
@@ -1306,6 +1515,16 @@ class Scheduler:
             await self.clock.sleep(period)
 
 
+async def _logged(work: Coroutine[Any, Any, None], what: str) -> None:
+    """Run a plugin's background task; log it if it fails (it is not restarted)."""
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("background task of %s failed", what)
+
+
 class _Outcome(enum.Enum):
     """What the API server says of a pod whose Binding failed."""
 
@@ -1314,6 +1533,16 @@ class _Outcome(enum.Enum):
     UNBOUND = "not bound"
     GONE = "deleted"
     UNKNOWN = "could not be read"
+
+
+@dataclass(slots=True)
+class _Planned:
+    """A gang member placed, reserved and assumed in the gang's cycle."""
+
+    info: QueuedPodInfo
+    state: CycleState
+    node: str
+    assignment: Assignment
 
 
 @dataclass

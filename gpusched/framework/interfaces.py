@@ -62,6 +62,7 @@ __all__ = [
     "SHARED_CLAIM",
     "WILDCARD",
     "ActionType",
+    "BackgroundPlugin",
     "BindPlugin",
     "ClusterEvent",
     "ClusterEventWithHint",
@@ -69,11 +70,17 @@ __all__ = [
     "EventRecorder",
     "FilterPlugin",
     "Handle",
+    "Informer",
+    "InformerHandler",
+    "InformerPlugin",
     "NodeLister",
     "NodeScore",
     "PermitPlugin",
     "Plugin",
     "Pod",
+    "PodEventHandler",
+    "PodGroup",
+    "PodGroupPlugin",
     "PostBindPlugin",
     "PostFilterPlugin",
     "PostFilterResult",
@@ -158,6 +165,29 @@ class PreFilterResult:
         if self.node_names is None:
             return PreFilterResult(other.node_names, self.plugins | other.plugins)
         return PreFilterResult(self.node_names & other.node_names, self.plugins | other.plugins)
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    """A gang as the scheduler plans it: every pending member in one scheduling cycle, all
+    placed or none (:class:`PodGroupPlugin`, ``Scheduler._schedule_group``).
+
+    ``pending`` are the uids of the members that are not bound, not terminating and not
+    finished, the popped pod among them; ``placed`` counts members already bound (or assumed)
+    that still run and count toward ``min_member``. ``domains`` are the node sets to try, in
+    order (the smallest topology domain that can hold the gang first); empty: anywhere. With
+    ``domain_required`` the gang is placed in one of them or not at all, and
+    ``domain_message`` says why when none holds it ("needs 64 GPUs in one rack; the largest
+    rack has 40 free").
+    """
+
+    key: str
+    min_member: int
+    pending: tuple[str, ...]
+    placed: int = 0
+    domains: tuple[frozenset[str], ...] = ()
+    domain_required: bool = False
+    domain_message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,10 +363,20 @@ class Handle(Protocol):
         """Reject a waiting pod; False if no such pod is waiting (or it was decided)."""
         ...
 
+    def group_key(self, pod: Pod) -> str | None:
+        """The key of the pod group (gang) the pod belongs to, from the profile's
+        :class:`PodGroupPlugin` (``None``: no group, or no such plugin). Cheap: a label or
+        annotation read. Preemption uses it to treat a running gang as one victim."""
+        ...
+
 
 # -- the plugins -----------------------------------------------------------------------------
 
 _SYNC_METHODS = (
+    "group_key",
+    "pod_group",
+    "on_pod",
+    "informers",
     "pre_enqueue",
     "sort_key",
     "pre_filter",
@@ -350,7 +390,7 @@ _SYNC_METHODS = (
     "permit",
     "events_to_register",
 )
-_ASYNC_METHODS = ("pre_bind", "bind", "post_bind")
+_ASYNC_METHODS = ("pre_bind", "bind", "post_bind", "background")
 
 
 def _check_stage_kinds(cls: type) -> None:
@@ -617,3 +657,73 @@ class EnqueueExtensions(abc.ABC):
     @abc.abstractmethod
     def events_to_register(self) -> list[ClusterEventWithHint]:
         """Called once at start-up; the result must not depend on cluster state."""
+
+
+# -- mixins the framework detects once on every enabled plugin -------------------------------
+
+
+class PodGroupPlugin(abc.ABC):
+    """Mixin: the plugin knows gangs. The scheduler asks it, for each popped pod, whether the
+    pod is a member of a group to plan whole (``pod_group``), and shards pods among replicas
+    by ``group_key`` so that one replica plans a whole gang. At most one per profile."""
+
+    @abc.abstractmethod
+    def group_key(self, pod: Pod) -> str | None:
+        """The group's key (``"<namespace>/<name>"``) or ``None``; from the pod alone (labels,
+        annotations, spec), so it never changes while the pod is pending. O(1)."""
+
+    @abc.abstractmethod
+    def pod_group(self, pod: Pod) -> PodGroup | None:
+        """The group to plan now with the popped ``pod``, or ``None`` to schedule the pod on its
+        own (no group, or its group already runs with ``min_member`` members: more members
+        join one by one). Called in the scheduling cycle: never awaits; may read the
+        snapshot (``handle.node_lister``) to order the topology domains."""
+
+
+InformerHandler: TypeAlias = Callable[[str, dict[str, Any], "dict[str, Any] | None"], None]
+"""``handler(kind, obj, old)``: ``kind`` is ``ADDED``, ``MODIFIED`` or ``DELETED``; ``old`` is
+the informer's previous copy (``None`` for ADDED)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Informer:
+    """A list-and-watch the scheduler runs for a plugin (``InformerPlugin``), before it is
+    ready: ``group``/``version``/``plural`` as in the API path (``""`` for the core group),
+    ``namespace=None`` for all namespaces. ``optional``: a missing kind (CRD not installed, or
+    no permission) is logged once and retried, and does not hold up readiness."""
+
+    group: str
+    version: str
+    plural: str
+    handler: InformerHandler
+    optional: bool = True
+    namespace: str | None = None
+    label_selector: str | None = None
+
+
+class InformerPlugin(abc.ABC):
+    """Mixin: objects the plugin keeps in memory (PodGroups, PodDisruptionBudgets, ...). The
+    handlers run on the event loop between scheduling cycles, so the scheduling cycle reads a
+    consistent state without locks."""
+
+    @abc.abstractmethod
+    def informers(self) -> Sequence[Informer]:
+        """Called once at start-up."""
+
+
+class PodEventHandler(abc.ABC):
+    """Mixin: sees every pod event the scheduler's pod informer sees (all pods, any scheduler),
+    after the scheduler handled it. Must be cheap and must not raise."""
+
+    @abc.abstractmethod
+    def on_pod(self, kind: str, pod: Pod, old: Pod | None) -> None:
+        """``kind`` is ``ADDED``, ``MODIFIED`` or ``DELETED``."""
+
+
+class BackgroundPlugin(abc.ABC):
+    """Mixin: a task the scheduler runs while it schedules (status writers, timers), started
+    once it is ready and cancelled when it stops."""
+
+    @abc.abstractmethod
+    async def background(self) -> None:
+        """Runs until cancelled; an exception is logged and the task is not restarted."""

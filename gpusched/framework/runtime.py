@@ -50,17 +50,23 @@ from .interfaces import (
     MIN_NODE_SCORE,
     WILDCARD,
     ActionType,
+    BackgroundPlugin,
     BindPlugin,
     ClusterEvent,
     ClusterEventWithHint,
     EnqueueExtensions,
     EventRecorder,
     FilterPlugin,
+    Informer,
+    InformerPlugin,
     NodeLister,
     NodeScore,
     PermitPlugin,
     Plugin,
     Pod,
+    PodEventHandler,
+    PodGroup,
+    PodGroupPlugin,
     PostBindPlugin,
     PostFilterPlugin,
     PostFilterResult,
@@ -465,6 +471,21 @@ class Framework:
             else tuple(p.sign_pod for p in deciders.values() if isinstance(p, SignPlugin))
         )
 
+        # The mixins, found once (``gpusched.framework.interfaces``, at the end).
+        enabled = list(self._plugins.values())
+        groups = [p for p in enabled if isinstance(p, PodGroupPlugin)]
+        if len(groups) > 1:
+            raise self._error(
+                "plugins",
+                "at most one pod group (gang) plugin may be enabled per profile (got "
+                + ", ".join(p.NAME for p in groups if isinstance(p, Plugin))
+                + ")",
+            )
+        self._group: PodGroupPlugin | None = groups[0] if groups else None
+        self._pod_handlers = tuple(p.on_pod for p in enabled if isinstance(p, PodEventHandler))
+        self._informer_plugins = tuple(p for p in enabled if isinstance(p, InformerPlugin))
+        self._background = tuple(p for p in enabled if isinstance(p, BackgroundPlugin))
+
     def _time(self, plugin: str, fn: _F, label: str) -> _F:
         """``fn``, a method of ``plugin`` at ``label``, timed (itself without an observer)."""
         observer = self._observer
@@ -694,6 +715,43 @@ class Framework:
                 else:
                     out[name] = [ClusterEventWithHint(ClusterEvent(WILDCARD, ActionType.ALL))]
         return out
+
+    # -- the mixins: pod groups, informers, pod events, background tasks ----------------
+
+    def group_key(self, pod: Pod) -> str | None:
+        """The pod's group key from the profile's ``PodGroupPlugin``; ``None`` without one."""
+        group = self._group
+        return None if group is None else group.group_key(pod)
+
+    @property
+    def group_plugin_name(self) -> str:
+        """The name of the profile's ``PodGroupPlugin`` (``""`` without one)."""
+        group = self._group
+        return group.NAME if isinstance(group, Plugin) else ""
+
+    def pod_group(self, pod: Pod) -> PodGroup | None:
+        """The group to plan whole with ``pod`` now (``PodGroupPlugin.pod_group``)."""
+        group = self._group
+        return None if group is None else group.pod_group(pod)
+
+    def informers(self) -> list[Informer]:
+        """Every ``InformerPlugin``'s informers. Call once, at start-up."""
+        return [inf for p in self._informer_plugins for inf in p.informers()]
+
+    def has_pod_handlers(self) -> bool:
+        return bool(self._pod_handlers)
+
+    def on_pod(self, kind: str, pod: Pod, old: Pod | None) -> None:
+        """Tell every ``PodEventHandler`` of a pod event; an exception is logged."""
+        for handler in self._pod_handlers:
+            try:
+                handler(kind, pod, old)
+            except Exception:
+                log.exception("pod event handler %r failed for %s", handler, _pod_name(pod))
+
+    def background_plugins(self) -> tuple[BackgroundPlugin, ...]:
+        """The ``BackgroundPlugin``s, whose ``background()`` the scheduler runs as tasks."""
+        return self._background
 
     def get_waiting_pod(self, uid: str) -> _WaitingPod | None:
         return self._waiting.get(uid)
