@@ -259,6 +259,7 @@ class Scheduler:
             node_lister=self.snapshot,
             events=self.events,
             gpu_classes=self.policies.classes,
+            activate=lambda uids: self.queue.activate(uids),
         )
         first = next(iter(self.frameworks.values()))
         self._hints = event_hints(self.frameworks.values())
@@ -1285,9 +1286,13 @@ class Scheduler:
                         )
                     finally:
                         self.book.count_conflicts()
-                status = await fw.run_pre_bind(state, pod, node)
-                if not status.is_success:
-                    raise _BindFailure("prebind", status.message())
+            # PreBind outside the bind slots: a gang's members wait there for each other
+            # (every member's Lease written before any is bound), and a gang may have more
+            # members than there are slots.
+            status = await fw.run_pre_bind(state, pod, node)
+            if not status.is_success:
+                raise _BindFailure("prebind", status.message())
+            async with self._bind_slots:
                 if reserved is not None and (
                     reserved.expires - self.clock.now().timestamp() < self.bind_margin
                 ):

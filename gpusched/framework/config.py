@@ -624,10 +624,12 @@ def default_plugins() -> Plugins:
         PreferredNode      weight 10 preScore, score
         DefaultBinder                bind
         SchedulingGates              preEnqueue
+        Coscheduling                 preEnqueue, reserve, permit, preBind (gangs)
 
     PreferredNode honours the pod's ``gpusched.io/preferred-node`` (a modifier of the pod
     API, so on by default; weighted to win while the pod fits there); it skips every other
-    pod at PreScore and signs, so batching is unaffected. The other score strategies
+    pod at PreScore and signs, so batching is unaffected. Coscheduling reads the gang forms
+    (docs/gangs.md); a pod without a group costs it a few label reads. The other score strategies
     (docs/strategies.md) are opt-in.
     """
     return Plugins(
@@ -643,6 +645,7 @@ def default_plugins() -> Plugins:
                 PluginRef(name="PreferredNode", weight=10),
                 PluginRef(name="DefaultBinder"),
                 PluginRef(name="SchedulingGates"),
+                PluginRef(name="Coscheduling"),
             ]
         )
     )
