@@ -233,7 +233,8 @@ class GangManager:
         ref = None if kind == "DELETED" or meta.get("deletionTimestamp") else read_ref(pod)
         key = ref.key if ref is not None and ref.name else None
         if before is not None and before != key:
-            self._remove(before, uid, "was deleted" if kind == "DELETED" else "left the group")
+            gone = kind == "DELETED" or meta.get("deletionTimestamp")
+            self._remove(before, uid, "was deleted" if gone else "left the group")
         if key is None or ref is None:
             return []
         group = self.groups.get(key)
