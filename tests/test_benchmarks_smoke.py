@@ -103,3 +103,27 @@ def test_stream_is_reproducible_and_mixed() -> None:
     kinds = Counter(kind for kind, _ in a)
     assert set(kinds) == {"shared", "exclusive", "whole", "mig"}
     assert kinds["shared"] > kinds["whole"] > kinds["exclusive"]
+
+
+# -- benchmarks/gangs.py ---------------------------------------------------------------------
+
+GANGS = Path(__file__).resolve().parent.parent / "benchmarks" / "gangs.py"
+
+
+def test_gangs_benchmark_binds_each_gang_whole(tmp_path: Path) -> None:
+    """A tiny run of benchmarks/gangs.py: every member bound, the fields the README reads."""
+    spec = importlib.util.spec_from_file_location("gangs_bench", GANGS)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "gangs.json"
+    module.main(["--nodes", "4", "--cases", "4x1,2x8", "--timeout", "60", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert [(c["members"], c["gpus_per_member"]) for c in result["cases"]] == [(4, 1), (2, 8)]
+    for case in result["cases"]:
+        assert case["complete"]
+        assert case["bound"] == case["members"]
+        assert case["double_booked_gpus"] == 0
+        for field in ("bind_s", "total_s", "api_writes_per_pod", "lease_binding_writes_per_pod"):
+            assert isinstance(case[field], float)

@@ -23,11 +23,22 @@ from .spec import Form, GroupRef, GroupSpec
 __all__ = ["Form", "GroupRef", "GroupSpec", "read_ref"]
 
 _READERS = (kubernetes.read, scheduler_plugins.read, kueue.read, volcano.read)
+_LABELS = (scheduler_plugins.LABEL, kueue.LABEL)
 
 
 def read_ref(pod: Mapping[str, Any]) -> GroupRef | None:
     """The pod's group in the first form it uses (Kubernetes' field, scheduler-plugins' label,
-    Kueue's label, Volcano's annotation), or ``None``. O(1): a few dict reads."""
+    Kueue's label, Volcano's annotation), or ``None``. O(1): a few dict reads (about 0.3 us
+    for a pod in no group, which every pod event and cycle pays)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels")
+    annotations = meta.get("annotations")
+    if (
+        not (labels and (_LABELS[0] in labels or _LABELS[1] in labels))
+        and not (annotations and any(a in annotations for a in volcano.ANNOTATIONS))
+        and "schedulingGroup" not in (pod.get("spec") or {})
+    ):
+        return None
     for read in _READERS:
         ref = read(pod)
         if ref is not None:

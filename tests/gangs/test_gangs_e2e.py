@@ -296,3 +296,39 @@ async def test_kubernetes_podgroups(bed: Bed) -> None:
             ),
         )
         assert groups["kg"]["status"]["conditions"][-1]["reason"] == "Scheduled"
+
+
+RACK = "topology.kubernetes.io/rack"
+
+
+async def test_a_required_rack_holds_the_gang_or_says_why(bed: Bed) -> None:
+    nodes = await bed.add_nodes(2)
+    for node, rack in zip(nodes, ("r1", "r2"), strict=True):
+        await bed.kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {RACK: rack}}})
+    await bed.kube.create(
+        sp_path(bed),
+        {
+            **sp_group("wide", 2),
+            "metadata": {
+                "name": "wide",
+                "annotations": {
+                    "gpusched.io/gang-topology": RACK,
+                    "gpusched.io/gang-topology-policy": "Required",
+                },
+            },
+        },
+    )
+    async with bed.running():
+        await bed.create_pods(sp_member(bed, f"w{i}", "wide", gpus=8) for i in range(2))
+        want = f"needs 16 GPUs in one {RACK}; the largest {RACK} (r2) has 8 free"
+        pods = await bed.pods_until(
+            lambda ps: len(ps) == 2 and all(want in gated_message(p) for p in ps.values())
+        )
+        assert not bound(pods)
+        await no_reservations(bed)
+        # Two 4-GPU members fit one rack: they land there together.
+        for name in ("w0", "w1"):
+            await bed.delete_pod(name, now=True)
+        await bed.create_pods(sp_member(bed, f"n{i}", "wide", gpus=4) for i in range(2))
+        pods = await settled(bed, lambda ps: len(bound(ps)) == 2)
+        assert len({pods[n]["spec"]["nodeName"] for n in ("n0", "n1")}) == 1
