@@ -149,6 +149,8 @@ class Coscheduling(
         return self.manager.group_key(pod)
 
     def pod_group(self, pod: Pod) -> PodGroup | None:
+        if self.manager.group_key(pod) is None:
+            return None
         return self.manager.plan(pod, self.handle.node_lister)
 
     # -- scheduling cycle ----------------------------------------------------------------

@@ -94,6 +94,17 @@ async def test_a_gang_is_gated_until_complete_then_bound_whole(bed: Bed) -> None
             )
         )
         assert not bound(pods)
+        # The group itself says what it waits for.
+        await objects_until(
+            bed.kube,
+            bed.events_path,
+            lambda es: any(
+                (e.get("involvedObject") or {}).get("kind") == "PodGroup"
+                and e.get("reason") == "Waiting"
+                and "3 of 4 members created" in e.get("message", "")
+                for e in es.values()
+            ),
+        )
         await bed.create_pod(sp_member(bed, "m3", "train", gpus=2))
         pods = await settled(bed, lambda ps: len(bound(ps)) == 4)
         # The group's status follows, as scheduler-plugins' controller computes it.
