@@ -195,13 +195,16 @@ class Coscheduling(
 
     def informers(self) -> Sequence[Informer]:
         return [
-            Informer(group, version, "podgroups", self._object_handler(form), optional=True)
+            Informer(group, version, "podgroups", self._object_handler(form, group, version))
             for form, group, version in _FORMS
         ]
 
-    def _object_handler(self, form: Form) -> Any:
+    def _object_handler(self, form: Form, group: str, version: str) -> Any:
+        typed = {"apiVersion": f"{group}/{version}", "kind": "PodGroup"}
+
         def handle(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-            self._activate(self.manager.on_object(form, kind, obj, old))
+            # A list's items may lack their kind (built-in kinds): Events need it.
+            self._activate(self.manager.on_object(form, kind, {**obj, **typed}, old))
 
         return handle
 
