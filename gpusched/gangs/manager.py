@@ -310,7 +310,9 @@ class GangManager:
             )
             group.lost.append(message)
             del group.lost[:-10]
+            group.unschedulable = message  # the group's latest word, for its status
             self.events.append((group.key, "Warning", "GangMemberLost", message))
+            self._touch(group)
 
     def _has_object(self, group: Group) -> bool:
         return (group.ref.form, group.key) in self._objects

@@ -343,3 +343,48 @@ async def test_a_required_rack_holds_the_gang_or_says_why(bed: Bed) -> None:
         await bed.create_pods(sp_member(bed, f"n{i}", "wide", gpus=4) for i in range(2))
         pods = await settled(bed, lambda ps: len(bound(ps)) == 2)
         assert len({pods[n]["spec"]["nodeName"] for n in ("n0", "n1")}) == 1
+
+
+async def test_a_gang_that_loses_a_member_after_it_ran_is_reported(bed: Bed) -> None:
+    await bed.kube.create(sp_path(bed), sp_group("lossy", 2))
+    async with bed.running(reservation_gc_period=0.2):  # the deleted member's entry goes soon
+        await bed.create_pods(sp_member(bed, f"l{i}", "lossy", gpus=4) for i in range(2))
+        await settled(bed, lambda ps: len(bound(ps)) == 2)
+        await objects_until(
+            bed.kube,
+            sp_path(bed),
+            lambda gs: (gs["lossy"].get("status") or {}).get("phase") == "Running",
+        )
+        await bed.delete_pod("l1", now=True)
+        events = await objects_until(
+            bed.kube,
+            bed.events_path,
+            lambda es: any(
+                (e.get("involvedObject") or {}).get("kind") == "PodGroup"
+                and e.get("reason") == "GangMemberLost"
+                for e in es.values()
+            ),
+        )
+        (lost,) = [e for e in events.values() if e.get("reason") == "GangMemberLost"]
+        assert lost["type"] == "Warning"
+        assert (
+            lost["message"] == "member l1 was deleted after the gang ran; 1 of 2 members still run"
+        )
+        # As scheduler-plugins' controller has it: fewer pods than minMember is Pending again.
+        await objects_until(
+            bed.kube,
+            sp_path(bed),
+            lambda gs: (gs["lossy"].get("status") or {}).get("phase") == "Pending",
+        )
+        await no_reservations_of(bed, "l1")
+
+
+async def no_reservations_of(bed: Bed, name: str) -> None:
+    def gone(leases: Objects) -> bool:
+        return not any(
+            r.get("pod", "").endswith(f"/{name}")
+            for entries in reservations(leases).values()
+            for r in entries.values()
+        )
+
+    await objects_until(bed.kube, bed.leases_path, gone)
