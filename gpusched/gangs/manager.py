@@ -41,7 +41,7 @@ import contextlib
 import enum
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -263,8 +263,8 @@ class GangManager:
             return []
         if state in _PLACED or state is MemberState.SUCCEEDED:
             group.reserved.discard(uid)
-        if group.placed >= min_member and state in _PLACED and not group.ran:
-            group.ran = True
+        if not group.ran and sum(group.counts[s] for s in _PLACED) >= min_member:
+            group.ran = True  # every required member bound (not just reserved)
         self._touch(group)
         if crossed:
             return [u for u, m in group.members.items() if m.state is MemberState.PENDING]
@@ -571,10 +571,6 @@ class GangManager:
                     group.unschedulable = message
                     self._touch(group)
                 return
-
-    def members_of(self, key: str) -> Iterable[Member]:
-        group = self.groups.get(key)
-        return () if group is None else group.members.values()
 
     def _check(self) -> None:
         """Assert the invariants (tests)."""

@@ -309,3 +309,16 @@ def test_random_events_keep_the_invariants() -> None:
             manager.permit(old)
         manager._check()
         assert step >= 0
+
+
+def test_a_gang_has_run_only_once_its_required_members_are_bound(manager: GangManager) -> None:
+    pods = [member(f"p{i}") for i in range(3)]
+    plan_and_reserve(manager, pods)
+    manager.on_pod("MODIFIED", bound(pods[0]), pods[0])  # 1 bound, 2 reserved
+    assert not manager.groups["ns/g"].ran
+    manager.on_pod("MODIFIED", bound(pods[0], phase="Failed"), bound(pods[0]))
+    assert manager.events == []  # not a loss after the gang ran: it never ran whole
+    for p in pods[1:]:
+        manager.on_pod("MODIFIED", bound(p), p)
+    assert not manager.groups["ns/g"].ran  # 2 of 3 bound
+    manager._check()
