@@ -15,6 +15,7 @@ from gpusched.topology import (
     GPUTopology,
     Link,
     Scores,
+    SetRule,
     best_gpu_set,
     build_topology,
     greedy_gpu_set,
@@ -247,7 +248,7 @@ def test_gpu_topology_memoises_by_free_set_and_n(monkeypatch: pytest.MonkeyPatch
     first = topology.choose([4, 5, 6, 7], 2)
     assert first == ((6, 7), 250)
     assert topology.choose([4, 5, 6, 7], 2, mask=0b1111_0000) == first  # the same key
-    assert topology.memo == {(0b1111_0000, 2): first}
+    assert topology.memo == {(0b1111_0000, 2, SetRule()): first}
     assert searches.calls == ["exhaustive"]
     topology.choose([4, 5, 6, 7], 3)  # another n
     topology.choose([0, 4, 5, 6, 7], 2)  # another free set
@@ -260,7 +261,7 @@ def test_gpu_topology_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     topology = GPUTopology(dgx1(), max_combinations=5000)
     for gpu in range(3):
         topology.choose([gpu, 7], 1)
-    assert list(topology.memo) == [((1 << 2) | (1 << 7), 1)]  # cleared when full
+    assert list(topology.memo) == [((1 << 2) | (1 << 7), 1, SetRule())]  # cleared when full
 
 
 def test_gpu_topology_rejects_bad_arguments() -> None:
