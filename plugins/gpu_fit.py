@@ -317,6 +317,9 @@ class GPUChoice:
     these, 0..100 (the strategy's score reads it); -1 for whole GPUs."""
     meets: bool = True
     """Whole GPUs: the set meets the pod's rule (always, without one)."""
+    link_score: int = 0
+    """Whole GPUs: the set's sum of :attr:`GPUTopology.link_scores` (PCIe counted only for
+    pairs without NVLink): what topologyFirst ranks nodes by."""
 
     def to_assignment(self, reservation_uid: str = "") -> Assignment:
         """The assignment to assume in the cache and write as annotations."""
@@ -1123,6 +1126,7 @@ class GPUFit(
                     mask |= 1 << device.index
         inventory = ledger.inventory
         meets = True
+        links = 0
         if inventory is None:
             ids, score = tuple(free[:n]), 0
             meets = n < 2 or not rule
@@ -1133,6 +1137,7 @@ class GPUFit(
                 found = topology.choose(free, n, mask=mask)
                 meets = not rule
             ids, score = found
+            links = matrix_set_score(topology.link_scores, ids)
         chosen = [devices[i] for i in ids]
         uuids = tuple(d.uuid or "" for d in chosen)
         return GPUChoice(
@@ -1143,6 +1148,7 @@ class GPUFit(
             free_after=len(free) - n,
             whole_gpus=whole,
             meets=meets,
+            link_score=links,
         )
 
     def _rule_refusal(self, node_info: NodeInfo, n: int, rule: SetRule) -> Status:
@@ -1248,14 +1254,15 @@ class GPUFit(
                 count = topology.gpu_count
                 if n > count:
                     continue
+                links = topology.link_scores
                 if comb(count, n) <= topology.max_combinations:
-                    scores = topology.scores
                     qualities.update(
-                        set_quality(matrix_set_score(scores, ids), n)
+                        set_quality(matrix_set_score(links, ids), n)
                         for ids in combinations(range(count), n)
                     )
                 else:
-                    qualities.add(set_quality(topology.choose(range(count), n)[1], n))
+                    best = topology.choose(range(count), n)[0]
+                    qualities.add(set_quality(matrix_set_score(links, best), n))
             ordered = tuple(sorted(qualities))
             entry = (known, {q: i for i, q in enumerate(ordered)}, ordered)
             self._ladders[n] = entry
@@ -1324,7 +1331,7 @@ class GPUFit(
         after the pod (capped). A better tier always outscores a worse one, whatever the
         packing. O(1) (the ladder is rebuilt only when a layout is first seen)."""
         ranks, ordered = self._ladder(n)
-        quality = set_quality(choice.topology_score, n)
+        quality = set_quality(choice.link_score, n)
         rank = ranks.get(quality)
         if rank is None:  # a greedy layout's set below its best: the tier under it
             rank = max(bisect_right(ordered, quality) - 1, 0)

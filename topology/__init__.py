@@ -46,6 +46,7 @@ from .selection import (
     SetRule,
     best_gpu_set,
     greedy_gpu_set,
+    link_score_of,
     matrix_set_score,
     score_matrix,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "build_topology",
     "greedy_gpu_set",
     "link_score",
+    "link_score_of",
     "matrix_set_score",
     "nvlink_domains",
     "nvlink_gbps",

@@ -5,8 +5,11 @@ once into a matrix of pair scores (:func:`score_matrix`, ``scores[a][b]`` =
 :func:`~gpusched.topology.pair_score`), so the searches below index lists instead of asking
 networkx for edges in their inner loops.
 
-**Best set.** The set of ``n`` free GPUs with the highest set score (the sum of its pair
-scores, go-gpuallocator's measure); among equally good sets, the one least connected to the
+**Best set.** The set of ``n`` free GPUs with the most NVLinks: the highest *link score*, the
+sum of its pair scores with the PCIe part dropped for pairs joined by NVLink
+(:func:`link_score_of`), so a set never trades an NVLink for PCIe proximity; then the
+highest set score (the sum of its pair scores, go-gpuallocator's measure: PCIe proximity
+breaks ties); among equally good sets, the one least connected to the
 free GPUs left out (the sum of pair scores across the cut, so the GPUs that remain stay well
 connected for the next multi-GPU pod); then the lowest indices. For ``n = 1`` that is the free
 GPU least connected to the other free GPUs.
@@ -52,6 +55,7 @@ __all__ = [
     "SetRule",
     "best_gpu_set",
     "greedy_gpu_set",
+    "link_score_of",
     "matrix_set_score",
     "score_matrix",
 ]
@@ -106,11 +110,19 @@ def _check_request(free: Sequence[int], n: int) -> None:
         raise ValueError(f"cannot choose {n} of {len(free)} free GPUs: need 1 <= n <= free")
 
 
+def link_score_of(pair: int) -> int:
+    """A pair score with its PCIe part dropped when the pair has NVLink (``NV2`` + ``PIX``:
+    250 -> 200; ``SYS`` alone stays 10). O(1)."""
+    return pair - pair % NVLINK_SCORE if pair >= NVLINK_SCORE else pair
+
+
 def best_gpu_set(scores: Scores, free: Sequence[int], n: int) -> tuple[tuple[int, ...], int]:
     """The best ``n`` of the ``free`` GPUs by exhaustive search: ``(ids, set score)``.
 
-    Best: the highest set score; then the least connected to the free GPUs left out (the sum of
-    pair scores across); then the lowest indices. ``free`` ascending and distinct;
+    Best: the highest link score (the sum of :func:`link_score_of` its pairs: NVLinks, and
+    PCIe only for pairs without); then the highest set score (PCIe proximity breaks ties);
+    then the least connected to the free GPUs left out (the sum of pair scores across); then
+    the lowest indices. ``free`` ascending and distinct;
     ``ValueError`` unless ``1 <= n <= len(free)``. O(free² + C(free, n) x n²).
     """
     found = _best(scores, free, n, None)
@@ -130,14 +142,18 @@ def _best(
     _check_request(free, n)
     degree = {g: sum(scores[g][h] for h in free if h != g) for g in free}
     best: tuple[int, ...] = ()
-    best_key: tuple[int, int] | None = None
+    best_key: tuple[int, int, int] | None = None
     for combo in itertools.combinations(free, n):
-        score = matrix_set_score(scores, combo)
+        score = links = 0
+        for a, b in itertools.combinations(combo, 2):
+            pair = scores[a][b]
+            score += pair
+            links += link_score_of(pair)
         cut = sum(degree[g] for g in combo) - 2 * score
-        key = (score, -cut)
+        key = (links, score, -cut)
         if (best_key is None or key > best_key) and (allowed is None or allowed(combo)):
             best, best_key = combo, key
-    return None if best_key is None else (best, best_key[0])
+    return None if best_key is None else (best, best_key[1])
 
 
 def greedy_gpu_set(scores: Scores, free: Sequence[int], n: int) -> tuple[tuple[int, ...], int]:
@@ -193,7 +209,15 @@ class GPUTopology:
     and is cleared when full.
     """
 
-    __slots__ = ("_nvlinked", "gbps", "graph", "max_combinations", "memo", "scores")
+    __slots__ = (
+        "_nvlinked",
+        "gbps",
+        "graph",
+        "link_scores",
+        "max_combinations",
+        "memo",
+        "scores",
+    )
 
     def __init__(
         self,
@@ -209,6 +233,10 @@ class GPUTopology:
             raise ValueError(f"max_combinations must be >= 1, got {max_combinations}")
         self.graph = graph
         self.scores = score_matrix(graph)
+        self.link_scores = tuple(tuple(link_score_of(s) for s in row) for row in self.scores)
+        """The pair scores with PCIe counted only for pairs without NVLink (``NV2`` + ``PIX``
+        and ``NV2`` + ``PHB`` both 200): what a pair moves, in the score's units. Sets whose
+        sums of these are equal are equally good between nodes (GPUFit's topologyFirst)."""
         count = len(self.scores)
         if gbps is not None and (len(gbps) != count or any(len(row) != count for row in gbps)):
             raise ValueError(f"gbps must be a {count} x {count} matrix")

@@ -626,7 +626,7 @@ def test_pods_signed_alike_filter_and_score_alike(
         assert evaluate(GPUFit(args), second.obj(), nodes, {name})[1] == {name: score}
 
 
-@pytest.mark.parametrize(("args", "expected"), [(WEIGHED, 50), (DEFAULT, 11)])
+@pytest.mark.parametrize(("args", "expected"), [(WEIGHED, 50), (DEFAULT, 24)])
 def test_multi_gpu_scores_do_not_depend_on_the_other_nodes(args: GPUFitArgs, expected: int) -> None:
     """Why a pod asking N >= 2 GPUs with topology weighed is signed: a node scores the same
     whether it is scored with the others or alone."""
@@ -635,8 +635,8 @@ def test_multi_gpu_scores_do_not_depend_on_the_other_nodes(args: GPUFitArgs, exp
     _, together = evaluate(GPUFit(args), pod, nodes)
     _, alone = evaluate(GPUFit(args), pod, nodes, {"dgx-v100-002"})
     # Only {0, 5} is left there (PCIe across sockets, quality 0), and the node is full after:
-    # weighed (0 + 100) / 2; topologyFirst: the lowest of 8 tiers (the DGX-1's 7 pair qualities
-    # and the NVSwitch pair's 99; 101 // 8 = 12 points each), and no GPU left free: 0 + 11.
+    # weighed (0 + 100) / 2; topologyFirst: the lowest of 4 tiers (pairs by NVLinks: SYS or none
+    # 0, NV1 44, NV2 57, NVSwitch 99; 101 // 4 = 25 points each), no GPU left free: 0 + 24.
     assert together["dgx-v100-002"] == alone["dgx-v100-002"] == expected
 
 

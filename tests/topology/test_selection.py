@@ -19,6 +19,7 @@ from gpusched.topology import (
     best_gpu_set,
     build_topology,
     greedy_gpu_set,
+    link_score_of,
     matrix_set_score,
     score_matrix,
     set_score,
@@ -57,10 +58,11 @@ def dgx1() -> nx.Graph:
 def brute_force(scores: Scores, free: Sequence[int], n: int) -> tuple[tuple[int, ...], int]:
     """The module docstring's "best set", by its definition: max score, min cut, lowest ids."""
 
-    def key(combo: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
+    def key(combo: tuple[int, ...]) -> tuple[int, int, int, tuple[int, ...]]:
         score = matrix_set_score(scores, combo)
+        links = sum(link_score_of(scores[a][b]) for a, b in combinations(combo, 2))
         cut = sum(scores[g][h] for g in combo for h in free if h not in combo)
-        return (-score, cut, combo)
+        return (-links, -score, cut, combo)
 
     best = min(combinations(free, n), key=key)
     return best, matrix_set_score(scores, best)
