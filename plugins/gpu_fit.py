@@ -44,24 +44,31 @@ Whole GPUs:
 
 - **Filter** checks the node (advertised, free in the device ledger, ``allocatable -
   requested``, no device conflict) and, if the pod fits, *chooses* its ``N`` GPUs there
-  (:mod:`gpusched.topology.selection`: the best-connected free set, leaving the rest well
-  connected), recorded in :data:`GPU_CHOICES`. Memoised per node-info generation and per
-  topology, so an unchanged node costs a dict lookup.
-- **Score** weighs the chosen set's connectivity against bin packing (``topologyWeight``,
-  ``binPackingWeight``), integer arithmetic in 0..100. Connectivity is on a fixed scale
-  (:func:`gpusched.topology.set_quality`: the set's mean pair score, logarithmic from one
-  ``SYS`` hop, 0, to a DGX H100 pair, 100), so a node's score is its own whatever the other
-  nodes of the cycle are, and across a mixed fleet an NVSwitch set still outranks a DGX-1's
-  NV2 pair, which outranks a PCIe pair, where packing is equal.
+  (:mod:`gpusched.topology.selection`: the free set with the most NVLinks, then the best
+  PCIe proximity, leaving the rest well connected; among the sets that meet the pod's rule,
+  ``gpusched.io/min-bandwidth-gbps`` and ``gpusched.io/contiguous``), recorded in
+  :data:`GPU_CHOICES`. A ``Required`` rule no free set meets rejects the node saying what it
+  offers ("could not give 4 GPUs joined at >= 600 GB/s: the best free set offers 100 GB/s").
+  Memoised per node-info generation, ``N`` and rule, and per topology, so an unchanged node
+  costs a dict lookup.
+- **Score**, ``N >= 2``, ``topologyFirst`` (default): topology before packing, node-local
+  and lexicographic: the tier of the set's quality (:func:`gpusched.topology.set_quality` of
+  its link score) among the qualities ``N`` GPUs of a known layout can have, times the
+  points per tier, plus best fit (fewest GPUs left free) within the tier (:meth:`_tiered`), so
+  a pod gets a set as good as the best any node offers and packing decides among those nodes.
+  ``topologyFirst: false``: the weighted mean of quality and packing (``topologyWeight``,
+  ``binPackingWeight``). One GPU: packing. Integer arithmetic in 0..100.
 - **PostFilter** (no node fits) says why when no node could *ever* take the pod: more GPUs
-  than the largest node has, or GPUs that exist but are MIG-partitioned (naming the MIG
-  resources the nodes offer instead). O(nodes), only for pods that fit nowhere; it nominates
-  nothing, so preemption after it still runs.
+  than the largest node has, GPUs that exist but are MIG-partitioned (naming the MIG
+  resources the nodes offer instead), or a ``Required`` rule no node meets even idle.
+  O(nodes), only for pods that fit nowhere; it nominates nothing, so preemption after it
+  still runs.
 - **Reserve** writes the choice on the chosen node as :data:`gpusched.framework.DEVICE_ASSIGNMENT`,
   which the scheduler assumes in its cache and DefaultBinder puts on the Binding.
-- **SignPod**: pods asking no GPUs sign alike; whole-GPU pods by ``N`` and the priority
-  (every score is the node's alone); shared pods by every field Filter and Score read, MIG
-  pods by profile; MIG pods with fallbacks and rejected pods ``None``.
+- **SignPod**: pods asking no GPUs sign alike; whole-GPU pods by ``N`` and the priority, and
+  for ``N >= 2`` the rule and the ladder's version (every score is the node's alone); shared
+  pods by every field Filter and Score read, MIG pods by profile; MIG pods with fallbacks and
+  rejected pods ``None``.
 
 The Filter rules and reasons, the selection, the score formula with worked numbers, and why
 each signature is safe: docs/gpu_fit.md.
@@ -69,7 +76,8 @@ each signature is safe: docs/gpu_fit.md.
 Args::
 
     - name: GPUFit
-      args: {maxCombinations: 5000, topologyWeight: 1, binPackingWeight: 1, strategy: binpack}
+      args: {maxCombinations: 5000, topologyFirst: true, topologyWeight: 1,
+             binPackingWeight: 1, strategy: binpack}
 """
 
 from __future__ import annotations
