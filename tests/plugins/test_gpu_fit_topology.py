@@ -25,7 +25,7 @@ from gpusched.annotations import CONTIGUOUS, MIN_BANDWIDTH_GBPS, TOPOLOGY, Assig
 from gpusched.framework import DEVICE_ASSIGNMENT, Code, CycleState, default_config
 from gpusched.framework.config import PluginConfig
 from gpusched.kube.client import Kube
-from gpusched.plugins.gpu_fit import NAME, choice_for
+from gpusched.plugins.gpu_fit import NAME, GPUFit, choice_for
 from gpusched.scheduler import Scheduler
 from gpusched.sim.fleet import build_fleet, load_cluster_spec
 from gpusched.topology import GPUTopology, matrix_set_score, set_quality
@@ -277,3 +277,14 @@ def test_preferred_ranks_sets_that_meet_it_first() -> None:
     both.add(make_node("dgx1").dgx1())
     result = run_cycle(framework_on(both), preferred.obj(), both.nodes())
     assert result.best == "dgx1"
+
+
+def test_topology_options_with_a_gpu_class_are_refused_with_a_reason() -> None:
+    pod = make_pod().gpus(2).annotate("gpusched.io/gpu-class", "h100").annotate(CONTIGUOUS, "true")
+    _, status = GPUFit().pre_filter(CycleState(), pod.obj())
+    assert status.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert status.reasons == (
+        "gpusched.io/min-bandwidth-gbps and gpusched.io/contiguous do not apply to pods with a "
+        "gpusched.io/gpu-class yet: remove them, or the class",
+    )
+    assert GPUFit().sign_pod(pod.obj()) is None

@@ -189,7 +189,12 @@ def problems(draw: st.DrawFn) -> tuple[list[list[int]], list[int], int]:
 def test_exhaustive_search_is_optimal(problem: tuple[list[list[int]], list[int], int]) -> None:
     scores, free, n = problem
     ids, score = best_gpu_set(scores, free, n)
-    assert score == max(matrix_set_score(scores, c) for c in combinations(free, n))
+
+    def order(c: tuple[int, ...]) -> tuple[int, int]:  # NVLinks first, then the set score
+        links = sum(link_score_of(scores[a][b]) for a, b in combinations(c, 2))
+        return links, matrix_set_score(scores, c)
+
+    assert order(ids) == max(order(c) for c in combinations(free, n))
     assert score == matrix_set_score(scores, ids)
     assert (ids, score) == brute_force(scores, free, n)  # tie-breaks too
 
