@@ -16,7 +16,8 @@ GPU least connected to the other free GPUs.
 
 - :func:`best_gpu_set` finds it exhaustively, over all ``C(free, n)`` sets;
 - :func:`greedy_gpu_set` approximates it when that is too many: from each free GPU as a seed,
-  add the GPU with the most score to the set so far, and keep the best result. On the
+  add the GPU with the most score to the set so far, and keep the best result (by set
+  score: it does not rank by NVLinks first). On the
   DGX-1's hybrid cube-mesh it finds the optimum for every ``n``; in general it does not.
 
 :class:`GPUTopology` holds one layout's graph and matrix, picks the exhaustive search while
