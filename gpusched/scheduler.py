@@ -1286,9 +1286,9 @@ class Scheduler:
                         )
                     finally:
                         self.book.count_conflicts()
-            # PreBind outside the bind slots: a gang's members wait there for each other
-            # (every member's Lease written before any is bound), and a gang may have more
-            # members than there are slots.
+            # PreBind outside the slots: a gang member waits there for its siblings (every
+            # device Lease of the gang is written before any member is bound), and a gang
+            # may have more members than there are slots.
             status = await fw.run_pre_bind(state, pod, node)
             if not status.is_success:
                 raise _BindFailure("prebind", status.message())
