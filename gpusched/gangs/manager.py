@@ -2,7 +2,7 @@
 
 Why a manager: the plugin answers from several extension points (PreEnqueue, the pod-group
 seam, Reserve, Permit, PreBind) and from event handlers, all about the same groups; the state
-lives here, plain and tested on its own (tests/gangs/test_manager.py), and the plugin only
+lives here, plain and tested on its own (tests/gangs/test_gang_manager.py), and the plugin only
 translates. No plugin and no API client is imported here.
 
 What it keeps, from pod events (``on_pod``) and the group objects' informers (``on_object``):
