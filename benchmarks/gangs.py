@@ -137,6 +137,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for k in kubes:
                 await k.close()
             sim.stop()
+            if sim.proc.stdout is not None:  # SimProcess.stop leaves its pipe open
+                sim.proc.stdout.close()
     return {"nodes": args.nodes, "cluster": "dgx-h100", "cases": rows}
 
 
