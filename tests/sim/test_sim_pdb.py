@@ -192,7 +192,7 @@ INVALID = [
     pytest.param(
         {"maxUnavailable": "half"},
         "spec.maxUnavailable: Invalid value: intstr.IntOrString{Type:1, IntVal:0, "
-        "StrVal:\"half\"}: a valid percent string must be a numeric string followed by an "
+        'StrVal:"half"}: a valid percent string must be a numeric string followed by an '
         "ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
         id="not-a-percent",
     ),

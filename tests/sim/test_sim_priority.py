@@ -97,7 +97,7 @@ async def test_value_and_preemption_policy_are_immutable(kube: Kube) -> None:
     assert err.code == 422
     assert "value: Forbidden: may not be changed in an update." in err.message
     err = await failure(kube.patch(f"{PCS}/imm", {"preemptionPolicy": "Never"}))
-    assert "preemptionPolicy: Invalid value: \"Never\": field is immutable" in err.message
+    assert 'preemptionPolicy: Invalid value: "Never": field is immutable' in err.message
     updated = await kube.patch(f"{PCS}/imm", {"description": "may change"})
     assert updated["description"] == "may change"
 
