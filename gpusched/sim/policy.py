@@ -426,8 +426,16 @@ class DisruptionController:
         if self._busy or storage not in (self.pods, PDB_STORAGE):
             return
         namespace = kinds._str(entry.obj["metadata"].get("namespace"))
-        if storage == PDB_STORAGE or self._keys(PDB_STORAGE, namespace):
+        if storage == PDB_STORAGE or self._has_pdbs(namespace):
             self.pending.add(namespace)
+
+    def _has_pdbs(self, namespace: str) -> bool:
+        """O(log n): whether the namespace holds a PDB."""
+        st = self.store.storages.get(PDB_STORAGE)
+        if st is None or not st.objects:
+            return False
+        keys = st.objects.irange(minimum=f"{namespace}/", maximum=f"{namespace}0")
+        return next(iter(keys), None) is not None
 
     def due(self) -> bool:
         """Whether a ``disruptedPods`` entry has expired; marks its namespace."""
