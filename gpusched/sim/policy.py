@@ -789,7 +789,8 @@ def _check_and_decrement(
     if dry_run:
         return
     status["disruptedPods"] = {**kinds._map(status.get("disruptedPods")), pod_name: now}
-    new = {**pdb, "status": status}
+    new = copy.deepcopy(dict(pdb))  # the stored object is never modified in place
+    new["status"] = status
     res = registry.resources[(GROUP, "v1", "poddisruptionbudgets")]
     registry.update(res, namespace, name, new, subresource="status")
 
