@@ -352,21 +352,27 @@ def _validate_constraints(constraints: Any, path: str) -> list[FieldError]:
     return [field.invalid(kp, key, m) for m in is_qualified_name(key)]
 
 
+def _validate_controller_ref(ref: Any) -> list[FieldError]:
+    """``validateControllerRef``."""
+    errs: list[FieldError] = []
+    r = kinds._map(ref)
+    group = kinds._str(r.get("apiGroup"))
+    if group:
+        errs.extend(
+            field.invalid("spec.controllerRef.apiGroup", group, m)
+            for m in is_dns1123_subdomain(group)
+        )
+    for key in ("kind", "name"):
+        value = kinds._str(r.get(key))
+        p = f"spec.controllerRef.{key}"
+        errs.extend([field.required(p)] if not value else _validate_path_segment(value, p))
+    return errs
+
+
 def _validate_workload_spec(spec: Mapping[str, Any]) -> list[FieldError]:
     errs: list[FieldError] = []
-    ref = spec.get("controllerRef")
-    if ref is not None:
-        r = kinds._map(ref)
-        group = kinds._str(r.get("apiGroup"))
-        if group:
-            errs.extend(
-                field.invalid("spec.controllerRef.apiGroup", group, m)
-                for m in is_dns1123_subdomain(group)
-            )
-        for key in ("kind", "name"):
-            value = kinds._str(r.get(key))
-            p = f"spec.controllerRef.{key}"
-            errs.extend([field.required(p)] if not value else _validate_path_segment(value, p))
+    if spec.get("controllerRef") is not None:
+        errs.extend(_validate_controller_ref(spec["controllerRef"]))
     templates = kinds._list(spec.get("podGroupTemplates"))
     path = "spec.podGroupTemplates"
     if not templates:
@@ -422,6 +428,8 @@ class WorkloadStrategy(kinds.Strategy):
         spec, old_spec = kinds._map(new.get("spec")), kinds._map(old.get("spec"))
         if old_spec.get("controllerRef") is not None:
             errs.extend(_immutable(spec, old_spec, "controllerRef", "spec.controllerRef"))
+        elif spec.get("controllerRef") is not None:  # may be set once, later
+            errs.extend(_validate_controller_ref(spec["controllerRef"]))
         errs.extend(_immutable(spec, old_spec, "podGroupTemplates", "spec.podGroupTemplates"))
         return errs
 

@@ -284,3 +284,19 @@ def test_the_crd_ships_in_deploy_and_the_package() -> None:
             "failed",
             "scheduleStartTime",
         }
+
+
+async def test_a_controller_ref_may_be_set_once(kube: Kube) -> None:
+    await kube.create(WORKLOADS, workload("w", [template("t")]))
+    err = await failure(
+        kube.patch(WORKLOADS + "/w", {"spec": {"controllerRef": {"kind": "Job", "name": "a/b"}}})
+    )
+    assert "spec.controllerRef.name: Invalid value: \"a/b\": may not contain '/'" in err.message
+    ref = {"apiGroup": "batch", "kind": "Job", "name": "train"}
+    set_once = await kube.patch(WORKLOADS + "/w", {"spec": {"controllerRef": ref}})
+    assert set_once["spec"]["controllerRef"] == ref
+    err = await failure(
+        kube.patch(WORKLOADS + "/w", {"spec": {"controllerRef": {**ref, "name": "other"}}})
+    )
+    assert err.code == 422
+    assert err.message.endswith("field is immutable")
