@@ -300,3 +300,33 @@ async def test_a_controller_ref_may_be_set_once(kube: Kube) -> None:
     )
     assert err.code == 422
     assert err.message.endswith("field is immutable")
+
+
+async def test_strategic_merge_patches_merge_pod_group_conditions(kube: Kube) -> None:
+    await kube.create(GROUPS, group("g"))
+    smp = "application/strategic-merge-patch+json"
+
+    def cond(ctype: str, status: str) -> dict[str, Any]:
+        return {
+            "type": ctype,
+            "status": status,
+            "reason": "R",
+            "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+
+    await kube.patch(
+        GROUPS + "/g/status", {"status": {"conditions": [cond("PodGroupScheduled", "False")]}}, smp
+    )
+    merged = await kube.patch(
+        GROUPS + "/g/status", {"status": {"conditions": [cond("DisruptionTarget", "True")]}}, smp
+    )
+    # Merged by type (the patch's items first, as strategicpatch orders them).
+    assert [c["type"] for c in merged["status"]["conditions"]] == [
+        "DisruptionTarget",
+        "PodGroupScheduled",
+    ]
+    err = await failure(
+        kube.patch(X_GROUPS + "/none", {"spec": {"minMember": 2}}, smp)  # a custom resource
+    )
+    assert err.code == 415
