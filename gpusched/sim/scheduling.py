@@ -57,25 +57,25 @@ HIGHEST_USER_DEFINABLE_PRIORITY: Final = 1_000_000_000
 SYSTEM_PREFIX: Final = "system-"
 _POLICIES: Final = ("Never", "PreemptLowerPriority")
 
-SYSTEM_PRIORITY_CLASSES: Final[tuple[dict[str, Any], ...]] = (
-    # pkg/apis/scheduling/types.go systemPriorityClasses, as the bootstrap hook writes them.
+_SYSTEM_DESCRIPTIONS: Final = {
+    # pkg/apis/scheduling/types.go systemPriorityClasses (values: kinds, which admits pods
+    # against them when it has no store).
+    "system-node-critical": "Used for system critical pods that must not be moved from their "
+    "current node.",
+    "system-cluster-critical": "Used for system critical pods that must run in the cluster, but "
+    "can be moved to another node if necessary.",
+}
+SYSTEM_PRIORITY_CLASSES: Final[tuple[dict[str, Any], ...]] = tuple(
     {
         "apiVersion": "scheduling.k8s.io/v1",
         "kind": "PriorityClass",
-        "metadata": {"name": "system-node-critical"},
-        "value": 2 * HIGHEST_USER_DEFINABLE_PRIORITY + 1000,
-        "description": "Used for system critical pods that must not be moved from their current "
-        "node.",
-    },
-    {
-        "apiVersion": "scheduling.k8s.io/v1",
-        "kind": "PriorityClass",
-        "metadata": {"name": "system-cluster-critical"},
-        "value": 2 * HIGHEST_USER_DEFINABLE_PRIORITY,
-        "description": "Used for system critical pods that must run in the cluster, but can be "
-        "moved to another node if necessary.",
-    },
+        "metadata": {"name": name},
+        "value": value,
+        "description": _SYSTEM_DESCRIPTIONS[name],
+    }
+    for name, value in kinds._SYSTEM_PRIORITY_CLASSES.items()
 )
+"""The classes the apiserver's bootstrap hook creates."""
 _SYSTEM_VALUES: Final = {c["metadata"]["name"]: c["value"] for c in SYSTEM_PRIORITY_CLASSES}
 
 
