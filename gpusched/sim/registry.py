@@ -536,6 +536,8 @@ class Registry:
             quotalib.check_pod(obj, admission_name, self.quotas.quotas_in(namespace), self._now())
         if res.storage == schedulinglib.PRIORITY_CLASS_STORAGE:
             schedulinglib.admit_priority_class(obj, self.priority_classes, updating=False)
+        if res.storage == schedulinglib.POD_GROUP_STORAGE:
+            schedulinglib.admit_pod_group(obj, self.store)
         existing = storage.get(key)
         if existing is not None:
             deleting = bool(existing.obj["metadata"].get("deletionTimestamp"))

@@ -17,7 +17,8 @@
   ``minCount >= 1``, 1 to 8 templates with unique names, at most one topology constraint,
   immutable templates, policy and template reference); neither kind has a generation. Pods
   join a PodGroup by ``spec.schedulingGroup.podGroupName`` (validated with the pod, in
-  ``kinds``).
+  ``kinds``). The ``PodGroupWorkloadExists`` admission plugin refuses (403) a PodGroup whose
+  template reference names a missing Workload or template: :func:`admit_pod_group`.
 
 Left out: the 1.36 alpha fields behind other gates (``disruptionMode``, ``priorityClassName``
 and ``priority`` on templates and groups, ``resourceClaims``) are stored as sent but not
@@ -34,7 +35,12 @@ from datetime import datetime
 from typing import Any, Final
 
 from gpusched.sim import errors, field, kinds
-from gpusched.sim.apimachinery import is_dns1123_label, is_dns1123_subdomain, is_qualified_name
+from gpusched.sim.apimachinery import (
+    go_quote,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_qualified_name,
+)
 from gpusched.sim.field import FieldError
 from gpusched.sim.store import Store
 
@@ -47,12 +53,15 @@ __all__ = [
     "PriorityClassStrategy",
     "StoredPriorityClasses",
     "WorkloadStrategy",
+    "admit_pod_group",
     "admit_priority_class",
     "forbid_system_class_delete",
 ]
 
 GROUP: Final = "scheduling.k8s.io"
 PRIORITY_CLASS_STORAGE: Final = "priorityclasses.scheduling.k8s.io"
+POD_GROUP_STORAGE: Final = "podgroups.scheduling.k8s.io"
+WORKLOAD_STORAGE: Final = "workloads.scheduling.k8s.io"
 HIGHEST_USER_DEFINABLE_PRIORITY: Final = 1_000_000_000
 SYSTEM_PREFIX: Final = "system-"
 _POLICIES: Final = ("Never", "PreemptLowerPriority")
@@ -496,6 +505,41 @@ class PodGroupStrategy(kinds.Strategy):
     def validate_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
         # ValidatePodGroupStatusUpdate checks the metadata only: conditions are not validated.
         return kinds._validate_object_meta_update(new, old, kube=False)
+
+
+def admit_pod_group(obj: Mapping[str, Any], store: Store) -> None:
+    """The ``PodGroupWorkloadExists`` admission plugin (create): a PodGroup made from a
+    Workload's template needs that Workload, not being deleted, with that template."""
+    ref = kinds._map(kinds._map(kinds._map(obj.get("spec")).get("podGroupTemplateRef")))
+    workload_ref = ref.get("workload")
+    if workload_ref is None:
+        return
+    w = kinds._map(workload_ref)
+    meta = kinds._meta(obj)
+    name = kinds._str(meta.get("generateName")) or kinds._str(meta.get("name"))
+    workload_name = kinds._str(w.get("workloadName"))
+    template = kinds._str(w.get("podGroupTemplateName"))
+    st = store.storages.get(WORKLOAD_STORAGE)
+    entry = None if st is None else st.get(f"{kinds._str(meta.get('namespace'))}/{workload_name}")
+
+    def refuse(why: str) -> errors.APIError:
+        return errors.forbidden(
+            f"podgroups.scheduling.k8s.io {go_quote(name)} is forbidden: PodGroup rejected: {why}",
+            GROUP,
+            "podgroups",
+            name,
+        )
+
+    if entry is None:
+        raise refuse(f"Workload {go_quote(workload_name)} not found")
+    workload = entry.obj
+    if kinds._meta(workload).get("deletionTimestamp"):
+        raise refuse(f"Workload {go_quote(workload_name)} is being deleted")
+    templates = kinds._list(kinds._map(workload.get("spec")).get("podGroupTemplates"))
+    if not any(kinds._map(t).get("name") == template for t in templates):
+        raise refuse(
+            f"PodGroupTemplate {go_quote(template)} not found in Workload {go_quote(workload_name)}"
+        )
 
 
 # =============================================================================================

@@ -157,6 +157,7 @@ async def test_workload_templates_are_immutable(kube: Kube) -> None:
 
 
 async def test_pod_group_spec_and_status(kube: Kube) -> None:
+    await kube.create(WORKLOADS, workload("job", [template("workers")]))
     ref = {"workload": {"workloadName": "job", "podGroupTemplateName": "workers"}}
     created = await kube.create(
         GROUPS, {**group("job-workers-0", podGroupTemplateRef=ref), "status": {"x": 1}}
@@ -183,6 +184,30 @@ async def test_pod_group_spec_and_status(kube: Kube) -> None:
     )
     assert updated["status"]["conditions"] == [condition]
     assert "labels" not in updated["metadata"]  # ResetObjectMetaForStatus
+
+
+REFS = [
+    pytest.param("ghost", "workers", 'PodGroup rejected: Workload "ghost" not found', id="none"),
+    pytest.param(
+        "job",
+        "drivers",
+        'PodGroup rejected: PodGroupTemplate "drivers" not found in Workload "job"',
+        id="no-such-template",
+    ),
+]
+
+
+@pytest.mark.parametrize(("workload_name", "template_name", "why"), REFS)
+async def test_a_pod_group_needs_its_workload_and_template(
+    kube: Kube, workload_name: str, template_name: str, why: str
+) -> None:
+    await kube.create(WORKLOADS, workload("job", [template("workers")]))
+    ref = {"workload": {"workloadName": workload_name, "podGroupTemplateName": template_name}}
+    err = await failure(kube.create(GROUPS, group("g", podGroupTemplateRef=ref)))
+    assert (err.code, err.message) == (
+        403,
+        f'podgroups.scheduling.k8s.io "g" is forbidden: {why}',
+    )
 
 
 async def test_pod_group_validation(kube: Kube) -> None:
