@@ -44,7 +44,8 @@ async def served(kube: Kube, group: str, version: str, plural: str, namespace: s
 
 
 async def ensure_crd(kube: Kube, name: str) -> None:
-    """Install the CRD ``name`` (deploy/crds' copy, else this folder's) unless served."""
+    """Install the CRD ``name`` (deploy/crds' copy, else this folder's: Volcano's cut) unless
+    the cluster serves the kind (the simulation serves scheduler-plugins' PodGroup)."""
     group, plural = name.split(".", 1)[1], name.split(".", 1)[0]
     version = {"scheduling.x-k8s.io": "v1alpha1", "scheduling.volcano.sh": "v1beta1"}[group]
     if await served(kube, group, version, plural, "default"):
