@@ -416,6 +416,18 @@ class GangManager:
         O(nodes x levels)."""
         required = spec.topology_required and spec.topology is not None
         keys = (spec.topology,) if spec.topology is not None else self.topology_keys
+        if nodes is not None and gpus:
+            # A gang asking more GPUs than the cluster has can never run whole: say so rather
+            # than trying it member by member.
+            total = sum(len(info.ledger.devices) for info in nodes.node_infos())
+            if gpus > total:
+                return (
+                    (frozenset(),),
+                    True,
+                    f"its pending members need {gpus} GPUs together, more than the "
+                    f"{total} the cluster has: it can never run whole; lower its minimum "
+                    f"member count or ask for fewer GPUs per member",
+                )
         if nodes is None or not keys or (gpus == 0 and not required):
             return (), False, ""
         out: list[frozenset[str]] = []

@@ -43,6 +43,7 @@ def bound(pod: dict[str, Any], node: str = "n1", phase: str = "Pending") -> dict
 @dataclass
 class _Ledger:
     free_gpu_count: int
+    devices: tuple[int, ...] = tuple(range(8))
 
 
 @dataclass
@@ -322,3 +323,16 @@ def test_a_gang_has_run_only_once_its_required_members_are_bound(manager: GangMa
         manager.on_pod("MODIFIED", bound(p), p)
     assert not manager.groups["ns/g"].ran  # 2 of 3 bound
     manager._check()
+
+
+def test_a_gang_larger_than_the_cluster_is_told_it_never_fits(manager: GangManager) -> None:
+    pods = [member(f"p{i}", gpus=8) for i in range(3)]  # 24 GPUs; the cluster has 16
+    for p in pods:
+        manager.on_pod("ADDED", p, None)
+    group = manager.plan(pods[0], nodes(("n1", {}, 8), ("n2", {}, 8)))
+    assert group is not None
+    assert group.domains == (frozenset(),)
+    assert group.domain_required
+    assert group.domain_message.startswith(
+        "its pending members need 24 GPUs together, more than the 16 the cluster has"
+    )

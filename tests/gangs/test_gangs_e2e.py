@@ -126,7 +126,7 @@ async def test_a_gang_that_does_not_fit_reserves_nothing(bed: Bed) -> None:
             lambda ps: (
                 len(ps) == 3
                 and all(
-                    "pod group" in gated_message(p) and "do not fit" in gated_message(p)
+                    "pod group" in gated_message(p) and "can never run whole" in gated_message(p)
                     for p in ps.values()
                 )
             )
