@@ -616,6 +616,8 @@ class Scheduler:
                 self._emit("Pod/Delete", pod, None)
             else:
                 self.queue.delete(pod)
+                if self.cache.clear_nomination(uid):  # the GPUs it held are free for others
+                    self._emit("Pod/Delete", pod, None)
                 for fw in self.frameworks.values():
                     fw.reject_waiting_pod(uid, "", "the pod was deleted")
             self.events.forget(uid)
@@ -639,6 +641,7 @@ class Scheduler:
             return
         if meta.get("deletionTimestamp") or phase in _TERMINAL:
             self.queue.delete(pod)
+            self.cache.clear_nomination(uid)
             return
         if uid in self._binding or self.cache.is_assumed(uid):
             return  # our decision is being bound; this is an older view of the pod
@@ -1162,8 +1165,9 @@ class Scheduler:
         rejected the pod. Its message is
         appended to the FailedScheduling message; a ``PostFilterResult``'s nominated node is
         recorded in ``info.nominated_node_name`` and sends the pod to backoff, to be retried.
-        Writing ``status.nominatedNodeName`` to the API and trying the nominated node first
-        belong to preemption (its own issue), not to this method.
+        The nomination is also recorded in the cache (``SchedulerCache.nominate``), which
+        keeps the node's GPUs from lower-priority pods; trying the nominated node first is not
+        done (every node is filtered again).
         """
         plugins = {s.plugin for s in result.statuses.values() if s.plugin}
         if result.status is not None and result.status.plugin:
@@ -1184,6 +1188,9 @@ class Scheduler:
                 message = f"{message} {post_status.message()}."
             if post_result is not None and post_result.nominated_node_name:
                 nominated = post_result.nominated_node_name
+                # Keep the node's GPUs for it (NominatedReservation) until it is placed or
+                # deleted (the cache clears the nomination on assume and on the bound Add).
+                self.cache.nominate(info.pod, nominated)
         if is_error:
             self.queue.requeue_after_error(info)
         else:

@@ -66,6 +66,7 @@ from gpusched.cache.ledger import (
     NodeLedger,
     SharingPolicy,
 )
+from gpusched.cache.nominations import Nominee
 from gpusched.cache.resources import Resources, node_allocatable, pod_requests
 from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory
 
@@ -277,6 +278,7 @@ class NodeInfo:
         "ledger",
         "name",
         "node",
+        "nominated",
         "pods",
         "policy",
         "requested",
@@ -302,6 +304,8 @@ class NodeInfo:
         """A problem reading the Node (a malformed allocatable quantity)."""
         self.requested = Resources()
         self.pods: dict[str, PodInfo] = {}
+        self.nominated: dict[str, Nominee] = {}
+        """Pods nominated to this node, by uid (:mod:`gpusched.cache.nominations`)."""
         self.policy = policy
         self.ledger = NodeLedger.anonymous(0, policy)
         self._inventory = inventory
@@ -562,6 +566,20 @@ class NodeInfo:
                     del self._unplaced[uid]
                     progress = True
 
+    # --- Nominations ------------------------------------------------------------------------
+
+    def nominate(self, nominee: Nominee) -> None:
+        """Keep GPUs for ``nominee`` (replacing an earlier nomination of the same pod). O(1)."""
+        self.nominated[nominee.uid] = nominee
+        self.generation = next_generation()
+
+    def clear_nomination(self, uid: str) -> bool:
+        """Forget the nomination of pod ``uid``; ``False`` if it has none here. O(1)."""
+        if self.nominated.pop(uid, None) is None:
+            return False
+        self.generation = next_generation()
+        return True
+
     # --- Copies and checks ------------------------------------------------------------------
 
     def clone(self) -> NodeInfo:
@@ -577,6 +595,7 @@ class NodeInfo:
         clone.error = self.error
         clone.requested = self.requested.copy()
         clone.pods = dict(self.pods)
+        clone.nominated = dict(self.nominated) if self.nominated else {}
         clone.policy = self.policy
         clone.ledger = self.ledger.clone()
         clone.generation = self.generation
@@ -599,6 +618,7 @@ class NodeInfo:
             "error": self.error,
             "pods": {uid: info.describe() for uid, info in self.pods.items()},
             "unplaced": sorted(self._unplaced),
+            "nominated": sorted(self.nominated),
             "gpus": self.ledger.describe(),
         }
 
