@@ -372,6 +372,7 @@ class Evaluator:
         """Upstream's ``pickOneNodeForPreemption`` (module docstring, step 5)."""
         if not candidates:
             return None
+
         def earliest_top_start(c: Candidate) -> float:
             top = c.victims[0].priority
             return min(_start_time(v.pod) for v in c.victims if v.priority == top)

@@ -40,7 +40,8 @@ def test_nominate_records_priority_and_need_and_bumps_the_generation() -> None:
     cache.update_snapshot(snapshot)
     cache._check(snapshot)
     after = snapshot.get("n1")
-    assert after is not None and after.generation > before.generation
+    assert after is not None
+    assert after.generation > before.generation
     (nominee,) = after.nominated.values()
     assert nominee == Nominee(pod["metadata"]["uid"], "default/big", Priority(0), GPUNeed(gpus=8))
     assert cache.nominated_node(nominee.uid) == "n1"
@@ -50,7 +51,8 @@ def test_nominate_records_priority_and_need_and_bumps_the_generation() -> None:
     cache.update_snapshot(snapshot)
     cache._check(snapshot)
     n1 = snapshot.get("n1")
-    assert n1 is not None and not n1.nominated
+    assert n1 is not None
+    assert not n1.nominated
     assert not cache.clear_nomination(nominee.uid)
 
 
@@ -61,8 +63,10 @@ def test_a_new_nomination_moves_the_pod() -> None:
     cache.nominate(pod, "n2")
     cache._check()
     n1, n2 = cache.node_info("n1"), cache.node_info("n2")
-    assert n1 is not None and n2 is not None
-    assert not n1.nominated and list(n2.nominated) == [pod["metadata"]["uid"]]
+    assert n1 is not None
+    assert n2 is not None
+    assert not n1.nominated
+    assert list(n2.nominated) == [pod["metadata"]["uid"]]
 
 
 @pytest.mark.parametrize(

@@ -141,7 +141,8 @@ def test_victims_are_the_fewest_lowest_priority_pods(
         assert why.startswith("preemption: 0/1 nodes are available"), why
         return
     assert victims_of(candidate) == expected
-    assert candidate is not None and candidate.node == "n1"
+    assert candidate is not None
+    assert candidate.node == "n1"
     assert all(v.priority < pod_priority(pod) for v in candidate.victims)
 
 
@@ -152,7 +153,8 @@ def test_spec_priority_breaks_ties_within_a_level() -> None:
     pod = preemptor(1, 2)
     pod["spec"]["priority"] = 50  # above every pod but g3
     candidate, _ = Evaluator(fw, rng=random.Random(0)).preempt(pod, statuses_for(fw, cluster, pod))
-    assert candidate is not None and "g3" not in victims_of(candidate)
+    assert candidate is not None
+    assert "g3" not in victims_of(candidate)
     assert len(candidate.victims) == 1
 
 
@@ -174,7 +176,9 @@ def test_the_victims_free_a_4_gpu_nvlink_quad_and_gpufit_would_choose_it() -> No
     state = CycleState()
     fw.run_pre_filter(state, pod)
     assert fw.run_filter(state, pod, clone).is_success
-    assert choice_for(state, "n1").gpu_ids == (4, 5, 6, 7)
+    choice = choice_for(state, "n1")
+    assert choice is not None
+    assert choice.gpu_ids == (4, 5, 6, 7)
 
 
 def test_a_share_evicts_the_pods_on_one_gpu_not_any_two() -> None:
@@ -220,7 +224,8 @@ def test_a_victim_whose_pdb_allows_no_disruption_is_reprieved_first() -> None:
     pdb = PDB("default", "db", {"matchLabels": {"app": "db"}}, disruptions_allowed=0)
     guarded = Evaluator(fw, rng=random.Random(0), pdbs=lambda: [pdb]).preempt(pod, statuses)[0]
     assert victims_of(guarded) == ["g4", "g5"]
-    assert guarded is not None and guarded.pdb_violations == 0
+    assert guarded is not None
+    assert guarded.pdb_violations == 0
 
 
 def test_the_node_with_fewer_pdb_violations_wins() -> None:
@@ -233,7 +238,9 @@ def test_the_node_with_fewer_pdb_violations_wins() -> None:
     assert Evaluator(fw, rng=random.Random(0)).preempt(pod, statuses)[0].node == "n1"  # type: ignore[union-attr]
     pdb = PDB("default", "db", {"matchLabels": {"app": "db"}}, disruptions_allowed=2)
     candidate, _ = Evaluator(fw, rng=random.Random(0), pdbs=lambda: [pdb]).preempt(pod, statuses)
-    assert candidate is not None and candidate.node == "n2" and candidate.pdb_violations == 0
+    assert candidate is not None
+    assert candidate.node == "n2"
+    assert candidate.pdb_violations == 0
 
 
 @pytest.mark.parametrize(
@@ -303,7 +310,8 @@ def test_a_gang_member_is_evicted_only_with_its_whole_gang() -> None:
     candidate, _ = Evaluator(GangRunner(fw), rng=random.Random(0)).preempt(
         pod, statuses_for(fw, cluster, pod)
     )
-    assert candidate is not None and candidate.node == "n1"
+    assert candidate is not None
+    assert candidate.node == "n1"
     assert victims_of(candidate) == [*(f"a{i}" for i in range(7)), "g-0", "g-1"]
     assert {v.node for v in candidate.victims if v.pod["metadata"]["name"] == "g-1"} == {"n2"}
 
@@ -326,7 +334,8 @@ def test_a_gang_is_reprieved_whole_and_one_with_a_higher_member_is_no_victim() -
     state = CycleState()
     fw.run_pre_filter(state, pod)
     on_n3 = evaluator.select_victims(state.clone(), pod, cluster.node("n3"))
-    assert on_n3[0] == [] and not on_n3[2].is_success
+    assert on_n3[0] == []
+    assert not on_n3[2].is_success
     victims, _, status = evaluator.select_victims(state.clone(), pod, cluster.node("n1"))
     assert status.is_success
     # The gang is the lowest priority, so it is removed last in the reprieve: its members
@@ -366,7 +375,8 @@ def victim(level: int, started: int = 0, value: int = 0) -> Victim:
 )
 def test_pick_one_node_for_preemption(candidates: list[Candidate], chosen: str) -> None:
     picked = Evaluator.select_candidate(candidates)
-    assert picked is not None and picked.node == chosen
+    assert picked is not None
+    assert picked.node == chosen
 
 
 @pytest.mark.parametrize(
