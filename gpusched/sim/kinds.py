@@ -12,8 +12,9 @@ the defaulting and admission a real server runs for the kind: the registry calls
 Left out (differences a client could observe):
 
 * ServiceAccount admission only sets ``serviceAccountName: default`` (no existence check, no
-  projected token volume); Priority admission knows only the two system classes (another
-  ``priorityClassName`` keeps ``spec.priority``, where upstream answers 403).
+  projected token volume). Priority admission resolves the PriorityClass objects of the
+  registry (``gpusched.sim.scheduling``); a pod strategy used on its own knows only the two
+  system classes.
 * Pod validation skips affinity, topology spread, security contexts, probes, volume sources,
   DNS config, host aliases and pod-level resources; the go-cmp diff of "pod updates may not
   change fields other than ..." is approximated by the list of changed JSON paths.
@@ -1162,23 +1163,47 @@ def _admit_default_toleration_seconds(pod: dict[str, Any]) -> None:
         spec["tolerations"] = [*tolerations, *add]
 
 
-def _admit_priority(pod: dict[str, Any]) -> None:
-    """``Priority`` admission with no global default class (Create)."""
+class PriorityResolver:
+    """What the ``Priority`` admission plugin reads: PriorityClasses by name, and the global
+    default. This one knows only the two system classes (a pod strategy used on its own);
+    the registry gives pods ``scheduling.StoredPriorityClasses``, the class objects stored."""
+
+    def lookup(self, name: str) -> tuple[int, str | None] | None:
+        """``(value, preemptionPolicy)`` of the class ``name``, or None if there is none."""
+        if name in _SYSTEM_PRIORITY_CLASSES:
+            return _SYSTEM_PRIORITY_CLASSES[name], "PreemptLowerPriority"
+        return None
+
+    def global_default(self) -> tuple[str, int, str | None] | None:
+        """``(name, value, preemptionPolicy)`` of the globalDefault class, if any."""
+        return None
+
+
+def _admit_priority(pod: dict[str, Any], classes: PriorityResolver) -> None:
+    """``Priority`` admission on Create (plugin/pkg/admission/priority ``admitPod``)."""
     spec = _ensure(pod, "spec")
     meta = _meta(pod)
-    name = _str(meta.get("name"))
+    # extractResourceName: admission runs before a generateName is expanded.
+    name = _str(meta.get("generateName")) or _str(meta.get("name")) or "Unknown"
     class_name = _str(spec.get("priorityClassName"))
+    policy: str | None
     if not class_name:
-        priority = 0
-        policy = None
-    elif class_name in _SYSTEM_PRIORITY_CLASSES:
-        priority = _SYSTEM_PRIORITY_CLASSES[class_name]
-        policy = "PreemptLowerPriority"
+        default = classes.global_default()
+        if default is None:
+            priority, policy = 0, "PreemptLowerPriority"
+        else:
+            class_name, priority, policy = default
+            spec["priorityClassName"] = class_name
     else:
-        # Unknown classes are not looked up (see module docstring): keep what was given.
-        given_priority = spec.get("priority")
-        priority = given_priority if isinstance(given_priority, int) else 0
-        policy = None
+        found = classes.lookup(class_name)
+        if found is None:
+            raise errors.forbidden(
+                f'pods "{name}" is forbidden: no PriorityClass with name {class_name} was found',
+                "",
+                "pods",
+                name,
+            )
+        priority, policy = found
     given = spec.get("priority")
     if isinstance(given, int) and not isinstance(given, bool) and given != priority:
         raise errors.forbidden(
@@ -1582,6 +1607,20 @@ def _validate_pod_spec(spec: Mapping[str, Any]) -> list[FieldError]:
         errs.append(
             field.not_supported("spec.preemptionPolicy", policy, ["Never", "PreemptLowerPriority"])
         )
+    group = spec.get("schedulingGroup")
+    if group is not None:
+        # 1.36 PodSchedulingGroup: exactly one member (podGroupName, a DNS subdomain).
+        # Immutable like the rest of the spec (see _UPDATABLE_POD_SPEC_FIELDS).
+        pg = _map(group).get("podGroupName")
+        p = "spec.schedulingGroup.podGroupName"
+        if pg is None:
+            errs.append(
+                field.invalid("spec.schedulingGroup", "", "must specify one of: `podGroupName`")
+            )
+        elif not isinstance(pg, str) or not pg:
+            errs.append(field.required(p))
+        else:
+            errs.extend(field.invalid(p, pg, m) for m in is_dns1123_subdomain(pg))
     return errs
 
 
@@ -1637,6 +1676,7 @@ class PodStrategy(Strategy):
             return_deleted_object=True,
             extra_fields=_POD_FIELDS,
         )
+        self.priority_classes = PriorityResolver()
 
     def _extra_fields(self, obj: dict[str, Any]) -> dict[str, str]:
         spec = _map(obj.get("spec"))
@@ -1668,7 +1708,7 @@ class PodStrategy(Strategy):
         if not spec.get("serviceAccountName"):
             spec["serviceAccountName"] = "default"
             spec["serviceAccount"] = "default"
-        _admit_priority(obj)
+        _admit_priority(obj, self.priority_classes)
         _admit_default_toleration_seconds(obj)
         # podStrategy.PrepareForCreate
         status: JSON = {"phase": "Pending"}

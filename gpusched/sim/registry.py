@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import copy
 import hashlib
 import json
 import random
@@ -36,7 +37,9 @@ from gpusched.sim import crd as crdlib
 from gpusched.sim import errors, kinds
 from gpusched.sim import field as fieldlib
 from gpusched.sim import patch as patchlib
+from gpusched.sim import policy as policylib
 from gpusched.sim import quota as quotalib
+from gpusched.sim import scheduling as schedulinglib
 from gpusched.sim.selectors import (
     FieldSelector,
     LabelSelector,
@@ -220,6 +223,14 @@ class Registry:
         self._warnings: list[str] = []  # for the Warning headers of the current request
         self._install_builtins()
         self.quotas = quotalib.QuotaTracker(store, clock)
+        self.priority_classes = schedulinglib.StoredPriorityClasses(store)
+        pods = self.resources[("", "v1", "pods")].strategy
+        assert isinstance(pods, kinds.PodStrategy)
+        pods.priority_classes = self.priority_classes
+        self.disruption = policylib.DisruptionController(store, clock)
+        priority_classes = self.resources[(schedulinglib.GROUP, "v1", "priorityclasses")]
+        for system_class in schedulinglib.SYSTEM_PRIORITY_CLASSES:
+            self.create(priority_classes, None, copy.deepcopy(system_class))
 
     # ------------------------------------------------------------------ resources
 
@@ -278,7 +289,14 @@ class Registry:
         )
         self._builtin("", "v1", "nodes", "Node", False, ("no",), ("status",))
         self._builtin(
-            "", "v1", "pods", "Pod", True, ("po",), ("status", "binding"), categories=("all",)
+            "",
+            "v1",
+            "pods",
+            "Pod",
+            True,
+            ("po",),
+            ("status", "binding", "eviction"),
+            categories=("all",),
         )
         self._builtin("", "v1", "events", "Event", True, ("ev",), allow_create_on_update=True)
         self._builtin(
@@ -319,6 +337,42 @@ class Registry:
             ("crd", "crds"),
             ("status",),
             categories=("api-extensions",),
+        )
+        self._builtin(
+            schedulinglib.GROUP,
+            "v1",
+            "priorityclasses",
+            "PriorityClass",
+            False,
+            ("pc",),
+            strategy=schedulinglib.PriorityClassStrategy(),
+        )
+        self._builtin(
+            schedulinglib.GROUP,
+            "v1alpha2",
+            "workloads",
+            "Workload",
+            True,
+            strategy=schedulinglib.WorkloadStrategy(),
+        )
+        self._builtin(
+            schedulinglib.GROUP,
+            "v1alpha2",
+            "podgroups",
+            "PodGroup",
+            True,
+            subresources=("status",),
+            strategy=schedulinglib.PodGroupStrategy(),
+        )
+        self._builtin(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            True,
+            ("pdb",),
+            ("status",),
+            strategy=policylib.PodDisruptionBudgetStrategy(),
         )
         for mutating in (True, False):
             webhooks = admissionlib.WebhookStrategy(mutating)
@@ -480,6 +534,8 @@ class Registry:
         if res.storage == "pods" and namespace:
             # The ResourceQuota admission plugin (validating, so after the object's validation).
             quotalib.check_pod(obj, admission_name, self.quotas.quotas_in(namespace), self._now())
+        if res.storage == schedulinglib.PRIORITY_CLASS_STORAGE:
+            schedulinglib.admit_priority_class(obj, self.priority_classes, updating=False)
         existing = storage.get(key)
         if existing is not None:
             deleting = bool(existing.obj["metadata"].get("deletionTimestamp"))
@@ -845,6 +901,8 @@ class Registry:
             errs = list(strategy.validate_update(obj, old))
             self._validate(res, errs, name)
             self._validate_custom(res, obj, name)
+            if res.storage == schedulinglib.PRIORITY_CLASS_STORAGE:
+                schedulinglib.admit_priority_class(obj, self.priority_classes, updating=True)
             if res.kind == "CustomResourceDefinition":
                 obj["status"] = old.get("status", {})
         self._validate(res, errs, name)
@@ -1023,6 +1081,8 @@ class Registry:
                     )
                 ],
             )
+        if res.storage == schedulinglib.PRIORITY_CLASS_STORAGE:
+            schedulinglib.forbid_system_class_delete(name)
         if res.kind == "Namespace":
             return self._delete_namespace(storage, key, current, dry_run)
         if res.kind == "CustomResourceDefinition" and not meta.get("deletionTimestamp"):
@@ -1314,8 +1374,21 @@ class Registry:
         if errs:
             raise errors.invalid(res.kind, res.group, name, errs)
 
+    def pending_work(self) -> bool:
+        """Whether ``background`` has something to do."""
+        return bool(
+            self.pending_gc
+            or self.pending_crds
+            or self.pending_crd_cleanups
+            or self.disruption.pending
+        )
+
+    def evict(self, namespace: str, name: str, body: Any, dry_run: bool) -> dict[str, Any]:
+        """The ``pods/eviction`` subresource (``gpusched.sim.policy.evict``)."""
+        return policylib.evict(self, namespace, name, body, dry_run)
+
     def background(self) -> None:
-        """What the controllers do after a request: GC, establishing new CRDs."""
+        """What the controllers do after a request: GC, establishing new CRDs, PDB status."""
         while self.pending_crds:
             name = self.pending_crds.pop(0)
             entry = self.store.storages["customresourcedefinitions.apiextensions.k8s.io"].get(name)
@@ -1324,6 +1397,8 @@ class Registry:
         while self.pending_crd_cleanups:
             self._cleanup_crd(self.pending_crd_cleanups.pop(0))
         self.collect_garbage()
+        self.disruption.due()
+        self.disruption.sync_pending()
 
     def _crd_established(self, entry: Entry) -> Entry:
         """Accept the CRD's names and serve its versions, as the CRD controllers do."""
@@ -1407,18 +1482,27 @@ class Registry:
             )
             entries.append(item)
             for sub in r.subresources:
-                verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
+                verbs = ["create"] if sub in ("binding", "eviction") else ["get", "patch", "update"]
                 if sub == "finalize":
                     verbs = ["update"]
-                entries.append(
-                    {
+                entry: dict[str, Any] = {
+                    "name": f"{r.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": "Binding" if sub == "binding" else r.kind,
+                    "verbs": verbs,
+                }
+                if sub == "eviction":  # served as policy/v1 Eviction
+                    entry = {
                         "name": f"{r.plural}/{sub}",
                         "singularName": "",
                         "namespaced": r.namespaced,
-                        "kind": "Binding" if sub == "binding" else r.kind,
+                        "group": "policy",
+                        "version": "v1",
+                        "kind": "Eviction",
                         "verbs": verbs,
                     }
-                )
+                entries.append(entry)
         if group == "":
             entries.append(
                 {

@@ -2,9 +2,10 @@
 
 Paths, verbs, query parameters, content types and error bodies follow
 k8s.io/apiserver/pkg/endpoints: ``/api/v1/...`` for the core group, ``/apis/GROUP/VERSION/...``
-for the others, ``namespaces/NS/`` for namespaced resources, ``/status`` and ``/binding``
-subresources, ``?watch=true`` (or the legacy ``/watch/`` prefix) for watch streams, and
-discovery at ``/api``, ``/apis``, ``/apis/GROUP``, ``/api/v1`` and ``/apis/GROUP/VERSION``.
+for the others, ``namespaces/NS/`` for namespaced resources, the ``/status``, ``/binding``
+and ``/eviction`` subresources, ``?watch=true`` (or the legacy ``/watch/`` prefix) for watch
+streams, and discovery at ``/api``, ``/apis``, ``/apis/GROUP``, ``/api/v1`` and
+``/apis/GROUP/VERSION``.
 Every request must carry the bearer token written into the kubeconfig (401 otherwise), except
 the health endpoints.
 
@@ -253,7 +254,7 @@ class APIServer:
             return _error_response(errors.internal_error(f"{type(exc).__name__}: {exc}"))
         finally:
             registry = self.registry
-            if registry.pending_gc or registry.pending_crds or registry.pending_crd_cleanups:
+            if registry.pending_work():
                 asyncio.get_running_loop().call_soon(self.registry.background)
 
     def _openapi(self, path: str) -> web.Response:
@@ -354,6 +355,14 @@ class APIServer:
             if method != "POST":
                 raise errors.method_not_allowed()
             return await self._binding(request, route.namespace or "", route.name)
+        if route.subresource == "eviction":
+            if method != "POST":
+                raise errors.method_not_allowed()
+            body = await _read_body(request)
+            status = registry.evict(
+                route.namespace or "", route.name, body, query.get("dryRun") == "All"
+            )
+            return _json_response(status, int(status["code"]))
         dry_run = query.get("dryRun") == "All"
         strict = query.get("fieldValidation") == "Strict"
         table = _wants_table(request.headers.get("Accept", ""))
