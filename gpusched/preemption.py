@@ -32,7 +32,8 @@ a PDB matches a pod of its namespace whose labels its (non-empty) selector selec
 pod is already in its ``status.disruptedPods``; each victim it matches takes one of its
 ``status.disruptionsAllowed``; a victim that takes one below zero violates it.
 
-Cost: O(nodes) to find candidates, then per node tried O(pods + GPUs) for the clone and
+Cost: O(nodes) to find candidates (a node with no pod below the preemptor is skipped in O(1):
+``NodeInfo.lowest_priority_rank``), then per node tried O(pods + GPUs) for the clone and
 O(victims) Filter calls; at most ``max(10%, 100)`` nodes are tried beyond those without victims.
 Gangs add one O(pods) pass over the snapshot, only when a potential victim has a group key.
 """
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MIN_CANDIDATE_NODES_ABSOLUTE",
     "MIN_CANDIDATE_NODES_PERCENTAGE",
+    "NO_VICTIMS",
     "PDB",
     "Candidate",
     "Evaluator",
@@ -64,6 +66,8 @@ __all__ = [
     "num_candidates",
 ]
 
+NO_VICTIMS: Final = "No preemption victims found for incoming pod"
+"""Upstream's reason for a node without a pod of lower priority."""
 MIN_CANDIDATE_NODES_PERCENTAGE: Final = 10
 MIN_CANDIDATE_NODES_ABSOLUTE: Final = 100
 
@@ -265,6 +269,13 @@ class Evaluator:
             if (st := statuses.get(info.name)) is not None and st.code == Code.UNSCHEDULABLE
         ]
         reasons: dict[str, Status] = {}
+        rank = pod_priority(pod).rank
+        no_victims = Status.unresolvable(NO_VICTIMS)
+        for info in potential:  # O(1) each: skip nodes with no pod below the preemptor
+            lowest = info.lowest_priority_rank
+            if lowest is None or lowest >= rank:
+                reasons[info.name] = no_victims
+        potential = [info for info in potential if info.name not in reasons]
         if not potential:
             return [], reasons
         state = CycleState()
@@ -310,7 +321,7 @@ class Evaluator:
         for info in list(clone.pods.values()):
             if info.uid in seen:
                 continue
-            p = pod_priority(info.pod)
+            p = info.priority
             if not p < priority:
                 continue
             if (info.pod.get("metadata") or {}).get("deletionTimestamp"):
@@ -332,7 +343,7 @@ class Evaluator:
             start = min(_start_time(v.pod) for v in members)
             units.append(_Unit(local, list(members), top, start, key=key))
         if not units:
-            return [], 0, Status.unresolvable("No preemption victims found for incoming pod")
+            return [], 0, Status.unresolvable(NO_VICTIMS)
         for unit in units:
             for info in unit.local:
                 clone.remove_pod(info.uid)
@@ -407,14 +418,15 @@ class Evaluator:
 
 
 def _summary(statuses: Mapping[str, Status], reasons: Mapping[str, Status]) -> str:
-    """Upstream's FitError wording: counts per reason, most frequent first."""
+    """Upstream's FitError wording: counts per reason, most frequent first (no final period:
+    the scheduler ends the FailedScheduling message with one)."""
     counts: dict[str, int] = {}
     for name in statuses:
         st = reasons.get(name)
         text = st.message() if st is not None else "Preemption is not helpful for scheduling"
         counts[text] = counts.get(text, 0) + 1
     parts = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return ", ".join(f"{n} {text}" for text, n in parts) + "."
+    return ", ".join(f"{n} {text}" for text, n in parts)
 
 
 class _Gangs:
@@ -432,8 +444,6 @@ class _Gangs:
                 for p in info.pods.values():
                     k = group_key(cast(Pod, p.pod))
                     if k is not None:
-                        by_key.setdefault(k, []).append(
-                            Victim(p.pod, info.name, pod_priority(p.pod))
-                        )
+                        by_key.setdefault(k, []).append(Victim(p.pod, info.name, p.priority))
             self._by_key = by_key
         return self._by_key.get(key, [])

@@ -643,6 +643,10 @@ class Scheduler:
             self.queue.delete(pod)
             self.cache.clear_nomination(uid)
             return
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if nominated and self.cache.nominated_node(uid) != nominated:
+            # Another replica's nomination, or ours from before a restart: keep its GPUs too.
+            self.cache.nominate(pod, nominated)
         if uid in self._binding or self.cache.is_assumed(uid):
             return  # our decision is being bound; this is an older view of the pod
         if not self._takes(pod, spec["schedulerName"]):

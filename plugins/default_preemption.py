@@ -21,6 +21,9 @@ Not eligible (``preemptionPolicy: Never``), or no node where evicting helps: wit
 ``reserveWithoutPreemption`` (default true) a pod asking for GPUs is still nominated, to the
 node closest to fitting it (its current nomination if that still can, else the most free GPUs
 or VRAM), so lower-priority pods stop taking the GPUs it waits for there. The message says so.
+Only where some candidate node runs a pod of lower priority: in a cluster of one priority
+nobody would be kept out, and a nominated pod is retried from backoff rather than waiting for
+an event, which a backlog of such pods would pay for.
 
 PDBs come from a policy/v1 ``poddisruptionbudgets`` informer (optional: without the kind, or
 permission, no budget is known). Args, as upstream's ``DefaultPreemptionArgs`` plus one::
@@ -53,6 +56,7 @@ from gpusched.framework import (
     InformerPlugin,
     PluginArgs,
     Pod,
+    PodEventHandler,
     PostFilterPlugin,
     PostFilterResult,
     Status,
@@ -67,6 +71,7 @@ from gpusched.preemption import (
     FilterRunner,
     Victim,
 )
+from gpusched.priority import pod_priority
 
 __all__ = [
     "NAME",
@@ -117,7 +122,7 @@ class _Preemption:
     refused: list[str] = field(default_factory=list)
 
 
-class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin):
+class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodEventHandler):
     """Evicts lower-priority pods for a pod that fits nowhere, and nominates it there."""
 
     NAME = NAME
@@ -159,6 +164,11 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin):
         else:
             self._pdbs[key] = pdb
 
+    def on_pod(self, kind: str, pod: Pod, old: Pod | None) -> None:
+        """A preemptor deleted or bound: its preemption record goes."""
+        if self._inflight and (kind == "DELETED" or (pod.get("spec") or {}).get("nodeName")):
+            self._inflight.pop(pod_uid(pod), None)
+
     # -- PostFilter --------------------------------------------------------------------------
 
     def post_filter(
@@ -185,13 +195,11 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin):
         if self.args.reserve_without_preemption:
             node = self._closest(pod, statuses)
             if node is not None:
+                reserved = f"node {node} is reserved for it"
                 return PostFilterResult(node), Status.unschedulable(
-                    f"{why} node {node} is reserved for it"
-                    if why
-                    else f"node {node} is reserved for it",
-                    plugin=NAME,
+                    f"{why.rstrip('.')}; {reserved}" if why else reserved, plugin=NAME
                 )
-        return None, Status.unschedulable(*([why] if why else []), plugin=NAME)
+        return None, Status.unschedulable(*([why.rstrip(".")] if why else []), plugin=NAME)
 
     def _waiting_on(self, uid: str) -> str | None:
         """The node of this pod's preemption still in flight (evictions unanswered, or
@@ -212,7 +220,9 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin):
     def _closest(self, pod: Pod, statuses: Mapping[str, Status]) -> str | None:
         """The node closest to fitting ``pod`` among those where it is Unschedulable (not
         Unresolvable): its current nomination if that can ever hold it, else the most free
-        GPUs (or free VRAM for a share); ``None`` for a pod asking no GPU. O(nodes)."""
+        GPUs (or free VRAM for a share). ``None`` for a pod asking no GPU, or when none of
+        those nodes runs a pod of lower priority (a cluster of one priority reserves nothing,
+        and its pods wait for events in the unschedulable pool). O(nodes)."""
         need = gpu_need(pod)
         if not need:
             return None
@@ -224,8 +234,9 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin):
             and st.code == Code.UNSCHEDULABLE
             and _can_ever_hold(info, need)
         ]
-        if not nodes:
-            return None
+        rank = pod_priority(pod).rank
+        if not any((low := info.lowest_priority_rank) is not None and low < rank for info in nodes):
+            return None  # nothing of lower priority runs there: nothing to keep the GPUs from
         current = (pod.get("status") or {}).get("nominatedNodeName")
         if current and any(info.name == current for info in nodes):
             return str(current)

@@ -109,27 +109,34 @@ def test_a_preemption_nominates_the_node_and_queues_the_evictions() -> None:
 
 
 @pytest.mark.parametrize(
-    ("policy", "reserve", "nominated"),
+    ("policy", "reserve", "level", "lower_pod", "nominated", "why"),
     [
-        ("Never", True, "n1"),  # no preemption, but a reservation on the node closest
-        ("Never", False, None),
-        ("PreemptLowerPriority", True, "n1"),  # level 3 cannot preempt level 3: reservation
+        # No preemption, but a reservation on the node closest to fitting (one free GPU).
+        ("Never", True, 0, False, "n1", "preemptionPolicy=Never"),
+        ("Never", False, 0, False, None, "preemptionPolicy=Never"),
+        # Level 3 may evict only the one level-4 pod: 2 GPUs are not 3. Reserved.
+        ("PreemptLowerPriority", True, 3, True, "n1", "nodes are available"),
+        # Nothing of lower priority runs anywhere: nothing to reserve against.
+        ("PreemptLowerPriority", True, 3, False, None, "No preemption victims"),
     ],
 )
 def test_without_preemption_a_gpu_pod_reserves_the_closest_node(
-    policy: str, reserve: bool, nominated: str | None
+    policy: str, reserve: bool, level: int, lower_pod: bool, nominated: str | None, why: str
 ) -> None:
     cluster = full_node_cluster()
     cluster.cache.remove_pod("uid-a0")  # n1 has one free GPU: the closest to fitting
+    if lower_pod:
+        cluster.cache.remove_pod("uid-a7")
+        cluster.cache.add_pod(running("a7", "n1", [7], 4))
     fw = framework(cluster, reserveWithoutPreemption=reserve)
-    pod = make_pod("big").gpus(2).priority(0 if policy == "Never" else 3).obj()
+    pod = make_pod("big").gpus(3).priority(level).obj()
     pod["spec"]["preemptionPolicy"] = policy
     result, status = post_filter(fw, cluster, pod)
     assert status.code == Code.UNSCHEDULABLE
     assert plugin_of(fw)._work.empty()
+    assert why in status.message()
     if nominated is None:
         assert result is None
-        assert "preemptionPolicy=Never" in status.message()
     else:
         assert result.nominated_node_name == nominated
         assert f"node {nominated} is reserved for it" in status.message()
@@ -213,3 +220,23 @@ def test_the_signature_holds_what_filter_reads() -> None:
 )
 def test_queueing_hint(old: dict[str, Any], hint: QueueingHint) -> None:
     assert _after_pod_change({}, old, None) == hint
+
+
+@pytest.mark.parametrize(
+    ("kind", "node", "forgotten"),
+    [("DELETED", "", True), ("MODIFIED", "n1", True), ("MODIFIED", "", False)],
+)
+def test_a_preemptor_deleted_or_bound_forgets_its_preemption(
+    kind: str, node: str, forgotten: bool
+) -> None:
+    cluster = full_node_cluster()
+    fw = framework(cluster)
+    plugin = plugin_of(fw)
+    pod = make_pod("big").gpus(2).priority(0).obj()
+    post_filter(fw, cluster, pod)
+    assert pod["metadata"]["uid"] in plugin._inflight
+    changed = make_pod("big").gpus(2).priority(0).obj()
+    if node:
+        changed["spec"]["nodeName"] = node
+    plugin.on_pod(kind, changed, pod)
+    assert (pod["metadata"]["uid"] not in plugin._inflight) is forgotten
