@@ -1296,9 +1296,13 @@ class Scheduler:
                         )
                     finally:
                         self.book.count_conflicts()
-                status = await fw.run_pre_bind(state, pod, node)
-                if not status.is_success:
-                    raise _BindFailure("prebind", status.message())
+            # PreBind outside the slots: a gang member waits there for its siblings (every
+            # device Lease of the gang is written before any member is bound), and a gang
+            # may have more members than there are slots.
+            status = await fw.run_pre_bind(state, pod, node)
+            if not status.is_success:
+                raise _BindFailure("prebind", status.message())
+            async with self._bind_slots:
                 if reserved is not None and (
                     reserved.expires - self.clock.now().timestamp() < self.bind_margin
                 ):

@@ -1487,3 +1487,27 @@ def test_all_is_complete() -> None:
     }
     public = {name for name in vars(queue_module) if not name.startswith("_")} - imported - {"log"}
     assert set(queue_module.__all__) == public | {"QueuedPodInfo"}  # re-exported
+
+
+def test_take(q: SchedulingQueue) -> None:
+    """A gang's cycle takes its siblings wherever they wait but gated or in flight."""
+    backing_off = put(q, make_pod("b"), BACKOFF)
+    unschedulable = put(q, make_pod("u"), UNSCHEDULABLE)
+    gated = put(q, make_pod("g"), GATED)
+    flying = put(q, make_pod("f"), IN_FLIGHT)
+    active = put(q, make_pod("a"), ACTIVE)
+    before = {i.uid: i.attempts for i in (backing_off, unschedulable, active)}
+    for info in (backing_off, unschedulable, active):
+        assert q.take(info.uid) is info
+        assert q.location(info.uid) == IN_FLIGHT
+        assert info.attempts == before[info.uid] + 1
+        assert not info.unschedulable_plugins
+    assert q.take(gated.uid) is None
+    assert q.location(gated.uid) == GATED
+    assert q.take(flying.uid) is None
+    assert q.location(flying.uid) == IN_FLIGHT
+    assert q.take("nope") is None
+    assert len({backing_off.cycle, unschedulable.cycle, active.cycle}) == 3
+    unschedulable.unschedulable_plugins.add("Fit")
+    assert q.add_unschedulable(unschedulable) == UNSCHEDULABLE
+    q._check()

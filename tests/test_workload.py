@@ -6,14 +6,17 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from gpusched.clock import FakeClock
 from gpusched.sim import SimCluster
 from gpusched.sim.workload import (
+    POD_GROUP_LABEL,
     Workload,
     WorkloadError,
     arrivals,
     load_workload,
+    pod_groups,
     replay,
     shipped_workloads,
 )
@@ -140,3 +143,22 @@ async def test_replay_creates_pods_at_their_arrival_times() -> None:
         assert len(created) == workload.pod_count
         last_arrival = max(at for at, _ in arrivals(workload))
         assert clock.monotonic() == last_arrival  # fake time: replay slept until the last pod
+
+
+def test_gangs_of_a_wave() -> None:
+    workload = Workload.model_validate(
+        {"name": "w", "waves": [{"name": "t", "count": 4, "gang": 2, "pod": {"gpus": 8}}]}
+    )
+    labels = [p["metadata"]["labels"].get(POD_GROUP_LABEL) for _, p in arrivals(workload)]
+    assert labels == ["w-t-g0000", "w-t-g0000", "w-t-g0001", "w-t-g0001"]
+    groups = pod_groups(workload)
+    assert sorted(groups) == ["w-t-g0000", "w-t-g0001"]
+    assert groups["w-t-g0000"]["spec"] == {"minMember": 2}
+    assert groups["w-t-g0000"]["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
+
+
+def test_a_wave_of_partial_gangs_is_refused() -> None:
+    with pytest.raises(ValidationError, match="not a multiple of gang 2"):
+        Workload.model_validate(
+            {"name": "w", "waves": [{"name": "t", "count": 3, "gang": 2, "pod": {"gpus": 8}}]}
+        )

@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from gpusched.annotations import AnnotationError, parse_assignment
+from gpusched.annotations import PRIORITY, AnnotationError, parse_assignment
 from gpusched.clock import RealClock
 from gpusched.gpu_requests.native import EXCLUSIVE, RESOURCE_SHARED_GPU
 from gpusched.kube.client import Kube, resource_path
@@ -37,7 +37,7 @@ from gpusched.sim.fleet import ClusterSpec, SimNode, build_fleet
 from gpusched.sim.workload import Workload, replay
 from gpusched.webhook.mutate import MIG_FALLBACK_APPLIED
 
-__all__ = ["RunReport", "format_mib", "pod_shape", "run_workload", "summary"]
+__all__ = ["RunReport", "format_mib", "pod_shape", "priority_label", "run_workload", "summary"]
 
 
 @dataclass
@@ -48,6 +48,10 @@ class RunReport:
     failed: int = 0
     pending: dict[str, str] = field(default_factory=dict)  # pod -> last PodScheduled message
     latencies: list[float] = field(default_factory=list)  # seconds, creation -> bound
+    latencies_by_priority: dict[str, list[float]] = field(default_factory=dict)
+    """The pod's priority (:func:`priority_label`) -> its pods' latencies, seconds."""
+    preempted: int = 0
+    """Pods evicted to make room for others (a ``DisruptionTarget`` condition seen)."""
     gpu_seconds_used: dict[str, float] = field(default_factory=dict)  # per pool
     gpu_seconds_total: dict[str, float] = field(default_factory=dict)
     elapsed: float = 0.0
@@ -62,11 +66,20 @@ class RunReport:
     pods_by_product: dict[str, Counter[str]] = field(default_factory=dict)
     """GPU product -> pod shape (:func:`pod_shape`) -> pods bound on it."""
 
-    def percentile(self, p: float) -> float:
-        if not self.latencies:
+    def percentile(self, p: float, latencies: list[float] | None = None) -> float:
+        values = self.latencies if latencies is None else latencies
+        if not values:
             return 0.0
-        ordered = sorted(self.latencies)
+        ordered = sorted(values)
         return ordered[min(int(p / 100 * len(ordered)), len(ordered) - 1)]
+
+
+def priority_label(pod: dict[str, Any]) -> str:
+    """How the summary names a pod's priority: its ``gpusched.io/priority`` level (0, the
+    highest, by default) and, when set, its ``spec.priority``."""
+    level = ((pod.get("metadata") or {}).get("annotations") or {}).get(PRIORITY, "0")
+    spec_priority = (pod.get("spec") or {}).get("priority")
+    return f"priority {level}" + (f" (spec.priority {spec_priority})" if spec_priority else "")
 
 
 class _Observer:
@@ -79,6 +92,8 @@ class _Observer:
         self.pods: dict[str, dict[str, Any]] = {}
         self.seen_at: dict[str, float] = {}
         self.bound_at: dict[str, float] = {}
+        self.priority: dict[str, str] = {}
+        self.preempted: set[str] = set()
         self.changed = asyncio.Event()
 
     async def run(self) -> None:
@@ -99,6 +114,12 @@ class _Observer:
         self.seen_at.setdefault(key, now)
         if (pod.get("spec") or {}).get("nodeName") and key not in self.bound_at:
             self.bound_at[key] = now
+        self.priority.setdefault(key, priority_label(pod))
+        if key not in self.preempted and any(
+            c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+            for c in (pod.get("status") or {}).get("conditions") or ()
+        ):
+            self.preempted.add(key)
         if kind == "DELETED":
             self.pods.pop(key, None)
         else:
@@ -343,11 +364,14 @@ def _final(report: RunReport, observer: _Observer) -> None:
                 "not tried yet",
             )
             report.pending[key] = message
-    report.latencies = [
-        observer.bound_at[k] - observer.seen_at[k]
-        for k in observer.bound_at
-        if k in observer.seen_at
-    ]
+    report.latencies = []
+    report.preempted = len(observer.preempted)
+    for key, bound_at in observer.bound_at.items():
+        if key in observer.seen_at:
+            latency = bound_at - observer.seen_at[key]
+            report.latencies.append(latency)
+            label = observer.priority.get(key, "priority 0")
+            report.latencies_by_priority.setdefault(label, []).append(latency)
 
 
 def _progress_line(now: float, workload: Workload, counts: Counter[str]) -> str:
@@ -373,6 +397,15 @@ def summary(report: RunReport, spec: ClusterSpec, workload: Workload) -> str:
             f"p99 {report.percentile(99) * 1000:.0f} ms, max {max(report.latencies) * 1000:.0f} ms "
             f"(mean {statistics.fmean(report.latencies) * 1000:.0f} ms)"
         )
+    if len(report.latencies_by_priority) > 1:
+        for label, values in sorted(report.latencies_by_priority.items()):
+            lines.append(
+                f"    {label}: {len(values)} pods, p50 {report.percentile(50, values) * 1000:.0f} "
+                f"ms, p99 {report.percentile(99, values) * 1000:.0f} ms, "
+                f"max {max(values) * 1000:.0f} ms"
+            )
+    if report.preempted:
+        lines.append(f"  preempted: {report.preempted} pods evicted for higher-priority pods")
     for pool, total in sorted(report.gpu_seconds_total.items()):
         if total:
             used = report.gpu_seconds_used.get(pool, 0.0)

@@ -14,6 +14,10 @@ evenly at ``rate`` pods per second (0: all at once) after ``start`` seconds::
         start: 5
         count: 8
         pod: {gpus: 8, duration: 300s, priority: 0, cpu: "32", memory: 256Gi}
+      - name: distributed
+        count: 8
+        gang: 4                # two gangs of 4 pods, each a scheduler-plugins PodGroup
+        pod: {gpus: 8, duration: 600s}
 
 Shipped workloads live in ``gpusched/sim/workloads/``; ``load_workload`` takes a name or a
 path. ``arrivals`` yields (seconds after start, pod manifest) in time order; ``replay``
@@ -41,7 +45,7 @@ import os
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -60,13 +64,21 @@ from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIConflict
 from gpusched.sim.kubelet import DURATION_ANNOTATION, parse_duration
 
+POD_GROUP_GROUP: Final = "scheduling.x-k8s.io"
+"""scheduler-plugins' PodGroup API group (its CRD ships in ``deploy/crds/``)."""
+POD_GROUP_LABEL: Final = f"{POD_GROUP_GROUP}/pod-group"
+"""The pod label naming its scheduler-plugins PodGroup."""
+
 __all__ = [
+    "POD_GROUP_GROUP",
+    "POD_GROUP_LABEL",
     "PodTemplate",
     "Wave",
     "Workload",
     "WorkloadError",
     "arrivals",
     "load_workload",
+    "pod_groups",
     "replay",
     "shipped_workloads",
 ]
@@ -174,6 +186,22 @@ class Wave(_Model):
     start: float = Field(default=0.0, ge=0)
     """Seconds after the workload starts."""
     pod: PodTemplate = Field(default_factory=PodTemplate)
+    gang: int | None = Field(default=None, ge=1)
+    """Pods per gang: each run of ``gang`` consecutive pods of the wave is one scheduler-plugins
+    ``PodGroup`` (``minMember: gang``), created before its first member; ``count`` must be a
+    multiple of it."""
+
+    @model_validator(mode="after")
+    def _whole_gangs(self) -> Wave:
+        if self.gang is not None and self.count % self.gang:
+            raise ValueError(
+                f"count {self.count} is not a multiple of gang {self.gang}: every gang is whole"
+            )
+        return self
+
+    def group_of(self, workload: str, index: int) -> str | None:
+        """The name of the PodGroup of the wave's pod ``index``, if the wave is in gangs."""
+        return None if self.gang is None else f"{workload}-{self.name}-g{index // self.gang:04d}"
 
 
 class Workload(_Model):
@@ -263,17 +291,17 @@ def _manifest(workload: Workload, wave: Wave, index: int) -> dict[str, Any]:
         spec["nodeSelector"] = dict(t.node_selector)
     if t.tolerations:
         spec["tolerations"] = list(t.tolerations)
+    group = wave.group_of(workload.name, index)
+    labels = {"gpusched.io/workload": workload.name, "gpusched.io/wave": wave.name}
+    if group is not None:
+        labels[POD_GROUP_LABEL] = group
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": f"{workload.name}-{wave.name}-{index:05d}",
             "namespace": t.namespace,
-            "labels": {
-                "gpusched.io/workload": workload.name,
-                "gpusched.io/wave": wave.name,
-                **t.labels,
-            },
+            "labels": {**labels, **t.labels},
             "annotations": annotations,
         },
         "spec": spec,
@@ -294,11 +322,35 @@ def arrivals(workload: Workload) -> Iterator[tuple[float, dict[str, Any]]]:
         yield at, pod
 
 
+def pod_groups(workload: Workload) -> dict[str, dict[str, Any]]:
+    """The scheduler-plugins PodGroups of the workload's gangs, by name."""
+    out: dict[str, dict[str, Any]] = {}
+    for wave in workload.waves:
+        if wave.gang is None:
+            continue
+        for index in range(0, wave.count, wave.gang):
+            name = wave.group_of(workload.name, index)
+            assert name is not None
+            out[name] = {
+                "apiVersion": f"{POD_GROUP_GROUP}/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {
+                    "name": name,
+                    "namespace": wave.pod.namespace,
+                    "labels": {"gpusched.io/workload": workload.name},
+                },
+                "spec": {"minMember": wave.gang},
+            }
+    return out
+
+
 async def replay(kube: Kube, workload: Workload, clock: Clock) -> list[dict[str, Any]]:
-    """Create the workload's pods at their arrival times; returns what the server stored."""
+    """Create the workload's pods at their arrival times (a gang's PodGroup before its first
+    member); returns the pods the server stored."""
     start = clock.monotonic()
     created: list[dict[str, Any]] = []
     namespaces: set[str] = set()
+    groups = pod_groups(workload)
     for at, pod in arrivals(workload):
         ns = pod["metadata"]["namespace"]
         if ns not in namespaces:
@@ -306,6 +358,12 @@ async def replay(kube: Kube, workload: Workload, clock: Clock) -> list[dict[str,
             if ns != "default":
                 await _ensure_namespace(kube, ns)
         await clock.sleep_until(start + at)
+        group = groups.pop(pod["metadata"]["labels"].get(POD_GROUP_LABEL, ""), None)
+        if group is not None:
+            with contextlib.suppress(APIConflict):  # left by an earlier run
+                await kube.create(
+                    resource_path(POD_GROUP_GROUP, "v1alpha1", "podgroups", ns), group
+                )
         created.append(await kube.create(resource_path("", "v1", "pods", ns), pod))
     return created
 
