@@ -70,7 +70,7 @@ from typing import Any, Final
 from gpusched.annotations import GPU_IDS, Assignment
 from gpusched.cache.errors import CacheError
 from gpusched.cache.ledger import DEFAULT_POLICY, SharingPolicy
-from gpusched.cache.nodeinfo import NodeInfo, PodInfo, pod_uid
+from gpusched.cache.nodeinfo import NodeInfo, PodInfo, next_generation, pod_uid
 from gpusched.cache.nominations import Nominee, gpu_need
 from gpusched.cache.snapshot import Snapshot
 from gpusched.clock import Clock
@@ -253,12 +253,12 @@ class SchedulerCache:
         uid = pod_uid(pod)
         node_name = (pod.get("spec") or {}).get("nodeName") or ""
         state = self._pods.get(uid)
+        if node_name and uid in self._nominated:  # bound: placed, wherever it is
+            self.clear_nomination(uid)
         if not node_name or _is_terminal(pod):
             if state is not None and (node_name or not state.assumed):
                 self._remove(uid, state)
             return None
-        if uid in self._nominated:
-            self.clear_nomination(uid)
         if state is None:
             info = self._node_for(node_name).add_pod(pod)
             self._pods[uid] = _PodState(pod, node_name)
@@ -332,9 +332,10 @@ class SchedulerCache:
         info = self._nodes.get(node_name)
         if info is None or info.node is None:
             raise CacheError(f"cannot assume pod {uid} onto unknown node {node_name}")
-        if uid in self._nominated:  # as upstream's assume: the pod holds its devices now
-            self.clear_nomination(uid)  # (first: the node assumed onto must be the newest)
         placed = info.add_pod(pod, assignment, assumed=True, enforce_limits=enforce_limits)
+        if uid in self._nominated:  # as upstream's assume: the pod holds its devices now
+            self.clear_nomination(uid)
+            info.generation = next_generation()  # the node assumed onto stays the newest
         self._pods[uid] = _PodState(pod, node_name, assumed=True, assigned=placed.declared)
         self._assumed[uid] = None
         self._nodes.move_to_end(node_name)
