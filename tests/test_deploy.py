@@ -53,3 +53,43 @@ def test_kustomize_builds() -> None:
     assert out.returncode == 0, out.stderr
     kinds = {d["kind"] for d in yaml.safe_load_all(out.stdout) if d}
     assert {"CustomResourceDefinition", "Deployment", "ClusterRole", "ConfigMap"} <= kinds
+
+
+def _allowed(rules: list[dict[str, object]], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in (r.get("apiGroups") or [])  # type: ignore[operator]
+        and resource in (r.get("resources") or [])  # type: ignore[operator]
+        and verb in (r.get("verbs") or [])  # type: ignore[operator]
+        for r in rules
+    )
+
+
+@pytest.mark.parametrize(
+    ("group", "resource", "verbs"),
+    [
+        ("scheduling.k8s.io", "priorityclasses", ("get", "list", "watch")),
+        ("policy", "poddisruptionbudgets", ("get", "list", "watch")),
+        ("scheduling.k8s.io", "podgroups", ("get", "list", "watch")),
+        ("scheduling.k8s.io", "workloads", ("get", "list", "watch")),
+        ("scheduling.x-k8s.io", "podgroups", ("get", "list", "watch")),
+        ("scheduling.k8s.io", "podgroups/status", ("update", "patch")),
+        ("scheduling.x-k8s.io", "podgroups/status", ("update", "patch")),
+        ("", "pods/eviction", ("create",)),
+        ("", "pods/status", ("patch",)),
+    ],
+)
+def test_the_scheduler_may_preempt_and_read_gangs(
+    group: str, resource: str, verbs: tuple[str, ...]
+) -> None:
+    role = next(d for d in documents() if d.get("kind") == "ClusterRole")
+    rules: list[dict[str, object]] = role["rules"]  # type: ignore[assignment]
+    for verb in verbs:
+        assert _allowed(rules, group, resource, verb), (group, resource, verb)
+
+
+def test_every_crd_is_in_the_kustomization_and_the_package() -> None:
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    package = DEPLOY.parent / "gpusched" / "crds"
+    for path in sorted((DEPLOY / "crds").glob("*.yaml")):
+        assert f"crds/{path.name}" in kustomization["resources"]
+        assert (package / path.name).read_bytes() == path.read_bytes()

@@ -12,13 +12,16 @@ The embedded default a new user runs first, the bed of every integration test an
         print(sim.webhook.url)               # gpusched's admission webhook, registered
 
 It listens on a free loopback port, writes a kubeconfig with a fresh bearer token, installs
-the GPU policy CRDs (``GPUClass``, ``GPUNodePolicy``, ``ClusterGPUPolicy``), applies the
+the GPU policy CRDs (``GPUClass``, ``GPUNodePolicy``, ``ClusterGPUPolicy``) and
+scheduler-plugins' ``PodGroup`` CRD (``scheduling.x-k8s.io``), applies the
 fleet through the API exactly as ``gpusched sim fleet apply`` does on a real cluster, and runs
 the simulated kubelets as API clients. With ``webhook=True`` (or a ``WebhookConfig``) it also
 serves and registers gpusched's admission webhook (``gpusched.sim.webhook``); with
 ``telemetry=10.0`` it writes made-up GPU telemetry into the simulated inventories' status every
 10 s (``gpusched.sim.telemetry``). Both are off by default, so that the many clusters tests start
-stay cheap; ``gpusched sim serve`` and ``sim run`` turn them on.
+stay cheap; ``gpusched sim serve`` and ``sim run`` turn them on. A controller loop on the
+cluster's clock runs the work that waits for time (a PodDisruptionBudget's ``disruptedPods``
+entries expire after two minutes), so a ``FakeClock`` drives it too.
 """
 
 from __future__ import annotations
@@ -47,7 +50,10 @@ if TYPE_CHECKING:
     from gpusched.sim.webhook import SimWebhook
     from gpusched.webhook.config import WebhookConfig
 
-__all__ = ["SimCluster"]
+__all__ = ["EXTRA_CRD_NAMES", "SimCluster"]
+
+EXTRA_CRD_NAMES: tuple[str, ...] = ("podgroups.scheduling.x-k8s.io",)
+"""CRDs of other projects that gpusched reads, installed with the policy CRDs."""
 
 
 class SimCluster:
@@ -97,6 +103,7 @@ class SimCluster:
         self._telemetry_period = telemetry
         self.telemetry: SimTelemetry | None = None
         self._telemetry_task: asyncio.Task[None] | None = None
+        self._controller_task: asyncio.Task[None] | None = None
 
     @property
     def faults(self) -> Faults:
@@ -162,7 +169,12 @@ class SimCluster:
         try:
             self._kube = Kube(self.api_client())
             api = self._kube.api_client
-            await asyncio.gather(*(ensure_crd(api, name=name) for name in POLICY_CRD_NAMES))
+            await asyncio.gather(
+                *(ensure_crd(api, name=name) for name in (*POLICY_CRD_NAMES, *EXTRA_CRD_NAMES))
+            )
+            self._controller_task = asyncio.create_task(
+                self._run_controllers(), name="sim-controllers"
+            )
             if self.spec is not None:
                 await apply_fleet(self._kube.api_client, self.spec)
             if self._webhook_enabled:
@@ -184,6 +196,20 @@ class SimCluster:
             raise
         return self
 
+    async def _run_controllers(self) -> None:
+        """Run the registry's background work when its timed work falls due (sleeping on the
+        cluster's clock until the earliest ``disruptedPods`` entry expires)."""
+        registry = self.server.registry
+        disruption = registry.disruption
+        while True:
+            await disruption.wakeup.wait()
+            disruption.wakeup.clear()
+            while disruption.rechecks:
+                delay = (min(disruption.rechecks.values()) - self.clock.now()).total_seconds()
+                await self.clock.sleep(delay)  # yields even when already due
+                if disruption.due():
+                    registry.background()
+
     def start_kubelets(self) -> SimKubelet:
         """Start (or restart) the simulated kubelets."""
         if self._kubelet_task is not None and not self._kubelet_task.done():
@@ -201,6 +227,11 @@ class SimCluster:
             self._kubelet_task = None
 
     async def __aexit__(self, *exc: Any) -> None:
+        if self._controller_task is not None:
+            self._controller_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._controller_task
+            self._controller_task = None
         if self._telemetry_task is not None:
             self._telemetry_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

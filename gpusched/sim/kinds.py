@@ -1079,8 +1079,6 @@ def _default_pod(pod: dict[str, Any]) -> None:
         spec["schedulerName"] = "default-scheduler"
     if spec.get("enableServiceLinks") is None:
         spec["enableServiceLinks"] = True
-    if spec.get("preemptionPolicy") is None:
-        spec["preemptionPolicy"] = "PreemptLowerPriority"
     for key in ("initContainers", "containers"):
         for c in _list(spec.get(key)):
             if isinstance(c, dict):
@@ -1749,8 +1747,9 @@ class PodStrategy(Strategy):
         _admit_default_toleration_seconds(new)
         spec, old_spec = new["spec"], _map(old.get("spec"))
         # Priority admission on update: keep what was computed at create.
-        if spec.get("priority") is None and "priority" in old_spec:
-            spec["priority"] = old_spec["priority"]
+        for key in ("priority", "preemptionPolicy"):
+            if spec.get(key) is None and key in old_spec:
+                spec[key] = old_spec[key]
         _keep(new, old, "status")
 
     def validate_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:

@@ -40,6 +40,7 @@ of that namespace after the request, O(pods x PDBs of the namespace); elsewhere 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import math
 import re
@@ -410,6 +411,7 @@ class DisruptionController:
         self.pods = pods
         self.pending: set[str] = set()  # namespaces to resync
         self.rechecks: dict[str, datetime] = {}  # namespace -> when an entry expires
+        self.wakeup = asyncio.Event()  # set when a recheck is scheduled
         self._busy = False
         store.on_write.append(self._changed)
         store.on_delete.append(self._changed)
@@ -424,8 +426,16 @@ class DisruptionController:
         if self._busy or storage not in (self.pods, PDB_STORAGE):
             return
         namespace = kinds._str(entry.obj["metadata"].get("namespace"))
-        if storage == PDB_STORAGE or self._keys(PDB_STORAGE, namespace):
+        if storage == PDB_STORAGE or self._has_pdbs(namespace):
             self.pending.add(namespace)
+
+    def _has_pdbs(self, namespace: str) -> bool:
+        """O(log n): whether the namespace holds a PDB."""
+        st = self.store.storages.get(PDB_STORAGE)
+        if st is None or not st.objects:
+            return False
+        keys = st.objects.irange(minimum=f"{namespace}/", maximum=f"{namespace}0")
+        return next(iter(keys), None) is not None
 
     def due(self) -> bool:
         """Whether a ``disruptedPods`` entry has expired; marks its namespace."""
@@ -507,6 +517,7 @@ class DisruptionController:
         current = self.rechecks.get(ns)
         if current is None or at < current:
             self.rechecks[ns] = at
+            self.wakeup.set()
 
     def _expected(self, pdb: Mapping[str, Any], pods: list[dict[str, Any]]) -> tuple[int, int]:
         """``getExpectedPodCount``: (expectedCount, desiredHealthy)."""
@@ -549,8 +560,8 @@ class DisruptionController:
             if at is None:
                 continue
             expires = at + DELETION_TIMEOUT
-            if expires < now:
-                continue  # upstream: Warning event NotDeleted
+            if expires <= now:  # upstream (Before) keeps it at the very instant; time is
+                continue  # coarse here. Upstream also records a Warning event NotDeleted.
             if recheck is None or expires < recheck:
                 recheck = expires
             result[name] = recorded[name]

@@ -12,10 +12,12 @@
 * ``scheduling.k8s.io/v1alpha2`` **Workload** and **PodGroup** (Kubernetes 1.36, feature gate
   GenericWorkload; ``staging/src/k8s.io/api/scheduling/v1alpha2/types.go``): templates with a
   ``basic`` or ``gang {minCount}`` policy and optional topology constraints; a PodGroup copies
-  one and carries ``status.conditions``. Validation follows the types' declarative tags
-  (exactly one policy, ``minCount >= 1``, at most 8 templates, at most one topology
-  constraint, immutable specs). Pods join a PodGroup by ``spec.schedulingGroup.podGroupName``
-  (validated with the pod, in ``kinds``).
+  one and carries ``status.conditions`` (not validated upstream). Validation follows
+  ``pkg/apis/scheduling/validation`` and the types' declarative tags (exactly one policy,
+  ``minCount >= 1``, 1 to 8 templates with unique names, at most one topology constraint,
+  immutable templates, policy and template reference); neither kind has a generation. Pods
+  join a PodGroup by ``spec.schedulingGroup.podGroupName`` (validated with the pod, in
+  ``kinds``).
 
 Left out: the 1.36 alpha fields behind other gates (``disruptionMode``, ``priorityClassName``
 and ``priority`` on templates and groups, ``resourceClaims``) are stored as sent but not
@@ -156,6 +158,7 @@ class PriorityClassStrategy(kinds.Strategy):
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         _typed_priority_class(obj)
+        obj["metadata"]["generation"] = 1  # set on create, never moved by updates
 
     def prepare_for_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
         _typed_priority_class(new)
@@ -305,27 +308,31 @@ def _validate_path_segment(value: str, path: str) -> list[FieldError]:
 
 
 def _validate_policy(policy: Any, path: str) -> list[FieldError]:
-    """``PodGroupSchedulingPolicy``: a union, exactly one of ``basic`` and ``gang``."""
+    """``validatePodGroupSchedulingPolicy``: a union, exactly one of ``basic`` and ``gang``."""
     if policy is None:
         return [field.required(path)]
     if not isinstance(policy, dict):
         return [field.invalid(path, field.struct(policy), "must be an object")]
-    chosen = [k for k in ("basic", "gang") if policy.get(k) is not None]
+    chosen = [f"`{k}`" for k in ("basic", "gang") if policy.get(k) is not None]
     if not chosen:
         return [field.invalid(path, "", "must specify one of: `basic`, `gang`")]
     if len(chosen) > 1:
         return [
-            field.invalid(path, "{basic, gang}", "must specify exactly one of: `basic`, `gang`")
+            field.invalid(
+                path,
+                "{" + ", ".join(chosen) + "}",
+                "exactly one of `basic`, `gang` is required, but multiple fields are set",
+            )
         ]
     gang = policy.get("gang")
     if gang is None:
         return []
     count = kinds._map(gang).get("minCount")
     p = f"{path}.gang.minCount"
-    if count is None:
+    if not count:  # declarative validation: 0 is "missing"
         return [field.required(p)]
-    if not _is_int(count) or count < 1:
-        return [field.invalid(p, count, "must be greater than or equal to 1")]
+    if not _is_int(count) or count < 0:
+        return [field.invalid(p, count, "must be greater than zero")]
     return []
 
 
@@ -343,21 +350,6 @@ def _validate_constraints(constraints: Any, path: str) -> list[FieldError]:
     if not key:
         return [field.required(kp)]
     return [field.invalid(kp, key, m) for m in is_qualified_name(key)]
-
-
-def _validate_template(tpl: Any, path: str) -> list[FieldError]:
-    t = kinds._map(tpl)
-    errs: list[FieldError] = []
-    name = kinds._str(t.get("name"))
-    if not name:
-        errs.append(field.required(f"{path}.name"))
-    else:
-        errs.extend(field.invalid(f"{path}.name", name, m) for m in is_dns1123_label(name))
-    errs.extend(_validate_policy(t.get("schedulingPolicy"), f"{path}.schedulingPolicy"))
-    errs.extend(
-        _validate_constraints(t.get("schedulingConstraints"), f"{path}.schedulingConstraints")
-    )
-    return errs
 
 
 def _validate_workload_spec(spec: Mapping[str, Any]) -> list[FieldError]:
@@ -378,22 +370,32 @@ def _validate_workload_spec(spec: Mapping[str, Any]) -> list[FieldError]:
     templates = kinds._list(spec.get("podGroupTemplates"))
     path = "spec.podGroupTemplates"
     if not templates:
-        return [*errs, field.required(path)]
+        return [*errs, field.required(path, "must have at least one item")]
     if len(templates) > MAX_POD_GROUP_TEMPLATES:
-        errs.append(field.too_many(path, len(templates), MAX_POD_GROUP_TEMPLATES))
+        return [*errs, field.too_many(path, len(templates), MAX_POD_GROUP_TEMPLATES)]
     seen: set[str] = set()
     for i, tpl in enumerate(templates):
-        errs.extend(_validate_template(tpl, f"{path}[{i}]"))
         name = kinds._str(kinds._map(tpl).get("name"))
-        if name and name in seen:
-            errs.append(field.duplicate(f"{path}[{i}].name", name))
+        p = f"{path}[{i}]"
+        if not name:
+            errs.append(field.required(f"{p}.name"))
+        else:
+            errs.extend(field.invalid(f"{p}.name", name, m) for m in is_dns1123_label(name))
+        if name in seen:
+            errs.append(field.duplicate(p, name))
         seen.add(name)
+        t = kinds._map(tpl)
+        errs.extend(_validate_policy(t.get("schedulingPolicy"), f"{p}.schedulingPolicy"))
+        errs.extend(
+            _validate_constraints(t.get("schedulingConstraints"), f"{p}.schedulingConstraints")
+        )
     return errs
 
 
 def _immutable(new: Mapping[str, Any], old: Mapping[str, Any], key: str, path: str) -> list[Any]:
+    """``ValidateImmutableField`` (the Go struct printed as its JSON)."""
     if new.get(key) != old.get(key):
-        return [field.forbidden(path, "field is immutable")]
+        return [field.immutable(path, field.struct(new.get(key)))]
     return []
 
 
@@ -401,7 +403,7 @@ class WorkloadStrategy(kinds.Strategy):
     """``scheduling.k8s.io/v1alpha2`` Workload: namespaced, no status, spec immutable."""
 
     def __init__(self) -> None:
-        super().__init__("Workload", GROUP, "workloads", True, tracks_generation=True)
+        super().__init__("Workload", GROUP, "workloads", True)
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         kinds._check_meta_decoding("Workload", obj, "v1alpha2")
@@ -417,9 +419,9 @@ class WorkloadStrategy(kinds.Strategy):
 
     def validate_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
         errs = kinds._validate_object_meta_update(new, old, kube=False)
-        errs.extend(_validate_workload_spec(kinds._map(new.get("spec"))))
         spec, old_spec = kinds._map(new.get("spec")), kinds._map(old.get("spec"))
-        errs.extend(_immutable(spec, old_spec, "controllerRef", "spec.controllerRef"))
+        if old_spec.get("controllerRef") is not None:
+            errs.extend(_immutable(spec, old_spec, "controllerRef", "spec.controllerRef"))
         errs.extend(_immutable(spec, old_spec, "podGroupTemplates", "spec.podGroupTemplates"))
         return errs
 
@@ -452,9 +454,7 @@ class PodGroupStrategy(kinds.Strategy):
     """``scheduling.k8s.io/v1alpha2`` PodGroup: spec immutable, ``status.conditions``."""
 
     def __init__(self) -> None:
-        super().__init__(
-            "PodGroup", GROUP, "podgroups", True, has_status=True, tracks_generation=True
-        )
+        super().__init__("PodGroup", GROUP, "podgroups", True, has_status=True)
 
     def prepare_for_create(self, obj: dict[str, Any]) -> None:
         kinds._check_meta_decoding("PodGroup", obj, "v1alpha2")
@@ -473,15 +473,21 @@ class PodGroupStrategy(kinds.Strategy):
     def validate_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
         errs = kinds._validate_object_meta_update(new, old, kube=False)
         spec, old_spec = kinds._map(new.get("spec")), kinds._map(old.get("spec"))
-        errs.extend(_validate_pod_group_spec(spec))
         for key in ("podGroupTemplateRef", "schedulingPolicy", "schedulingConstraints"):
             errs.extend(_immutable(spec, old_spec, key, f"spec.{key}"))
         return errs
 
+    def prepare_for_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> None:
+        """Old spec; ``metav1.ResetObjectMetaForStatus`` (labels, annotations, finalizers and
+        owners cannot change through ``/status``)."""
+        kinds._keep(new, old, "spec")
+        meta, old_meta = kinds._ensure(new, "metadata"), kinds._meta(old)
+        for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+            kinds._keep(meta, old_meta, key)
+
     def validate_status_update(self, new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
-        errs = kinds._validate_object_meta_update(new, old, kube=False)
-        conditions = kinds._map(new.get("status")).get("conditions")
-        return errs + validate_conditions(conditions, "status.conditions")
+        # ValidatePodGroupStatusUpdate checks the metadata only: conditions are not validated.
+        return kinds._validate_object_meta_update(new, old, kube=False)
 
 
 # =============================================================================================
