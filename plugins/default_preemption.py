@@ -118,7 +118,8 @@ class _Preemption:
 
     node: str
     pending: int
-    evicted: set[str] = field(default_factory=set)
+    evicted: dict[str, str] = field(default_factory=dict)
+    """Victims evicted (or rejected at Permit): uid -> their node."""
     refused: list[str] = field(default_factory=list)
 
 
@@ -211,8 +212,10 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodE
             return flight.node
         if not flight.refused and flight.evicted:
             assert self._handle is not None
-            for info in self._handle.node_lister.node_infos():
-                if not flight.evicted.isdisjoint(info.pods):
+            lister = self._handle.node_lister
+            for victim, node in flight.evicted.items():  # O(victims)
+                info = lister.get(node)
+                if info is not None and victim in info.pods:
                     return flight.node
         del self._inflight[uid]
         return None
@@ -301,7 +304,7 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodE
             if flight is not None:
                 flight.pending -= 1
         if flight is not None:
-            flight.evicted.add(victim.uid)
+            flight.evicted[victim.uid] = victim.node
         handle.events.eventf(
             victim.pod,
             "Normal",
