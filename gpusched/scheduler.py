@@ -641,7 +641,8 @@ class Scheduler:
             return
         if meta.get("deletionTimestamp") or phase in _TERMINAL:
             self.queue.delete(pod)
-            self.cache.clear_nomination(uid)
+            if self.cache.clear_nomination(uid):  # the GPUs it held are free for others
+                self._emit("Pod/Delete", pod, None)
             return
         nominated = (pod.get("status") or {}).get("nominatedNodeName")
         if nominated and self.cache.nominated_node(uid) != nominated:

@@ -94,13 +94,16 @@ class NominatedReservation(FilterPlugin, SignPlugin, EnqueueExtensions):
 
 
 def _after_pod_change(pod: Pod, old: Any, new: Any) -> QueueingHint:
-    """QUEUE when the pod that changed was bound (its GPUs may be free) or nominated (the GPUs
-    it held may be); a pending pod's other updates cannot help."""
-    changed = old if isinstance(old, Mapping) else new
-    if not isinstance(changed, Mapping):
+    """QUEUE when a pod is deleted (a nominee, or a holder of GPUs), or when the pod that
+    changed is bound or nominated (GPUs freed, a nomination moved); a pending pod's other
+    updates cannot help."""
+    if new is None:
         return QueueingHint.QUEUE
-    spec = changed.get("spec") or {}
-    status = changed.get("status") or {}
-    if spec.get("nodeName") or status.get("nominatedNodeName"):
-        return QueueingHint.QUEUE
+    for obj in (old, new):
+        if not isinstance(obj, Mapping):
+            continue
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        if spec.get("nodeName") or status.get("nominatedNodeName"):
+            return QueueingHint.QUEUE
     return QueueingHint.QUEUE_SKIP

@@ -133,3 +133,24 @@ def nominee(gpus: int = 0, vram_mib: int = 0) -> Nominee:
 def test_leaves_room(free: int, pod_need: GPUNeed, held: list[Nominee], room: bool) -> None:
     ledger = NodeLedger.from_inventory(make_inventory("n", free))
     assert leaves_room(ledger, pod_need, held) is room
+
+
+def test_lowest_priority_rank_follows_the_pods() -> None:
+    cache = cache_with("n1")
+    info = cache.node_info("n1")
+    assert info is not None
+    assert info.lowest_priority_rank is None
+    cache.add_pod(make_pod("a", uid="a").annotate(PRIORITY, "1").on("n1").obj())
+    cache.add_pod(make_pod("b", uid="b").annotate(PRIORITY, "3").on("n1").obj())
+    assert info.lowest_priority_rank == Priority(3).rank
+    # An update of the annotation alone (the cache's fast path) moves the count.
+    cache.update_pod(make_pod("b", uid="b").annotate(PRIORITY, "0").on("n1").obj())
+    assert info.pods["b"].priority == Priority(0)
+    assert info.lowest_priority_rank == Priority(1).rank
+    clone = info.clone()
+    cache.remove_pod("a")
+    assert info.lowest_priority_rank == Priority(0).rank
+    assert clone.lowest_priority_rank == Priority(1).rank
+    cache.remove_pod("b")
+    assert info.lowest_priority_rank is None
+    cache._check()

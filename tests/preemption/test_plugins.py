@@ -210,16 +210,21 @@ def test_the_signature_holds_what_filter_reads() -> None:
     assert plugin.sign_pod(make_pod("x").obj()) == plugin.sign_pod(make_pod("y").priority(3).obj())
 
 
+PENDING: dict[str, Any] = {"spec": {}, "status": {}}
+
+
 @pytest.mark.parametrize(
-    ("old", "hint"),
+    ("old", "new", "hint"),
     [
-        ({"spec": {"nodeName": "n1"}}, QueueingHint.QUEUE),
-        ({"spec": {}, "status": {"nominatedNodeName": "n1"}}, QueueingHint.QUEUE),
-        ({"spec": {}, "status": {}}, QueueingHint.QUEUE_SKIP),
+        (PENDING, None, QueueingHint.QUEUE),  # a deletion: maybe a nominee's
+        ({"spec": {"nodeName": "n1"}}, {"spec": {"nodeName": "n1"}}, QueueingHint.QUEUE),
+        (PENDING, {"spec": {}, "status": {"nominatedNodeName": "n1"}}, QueueingHint.QUEUE),
+        ({"spec": {}, "status": {"nominatedNodeName": "n1"}}, PENDING, QueueingHint.QUEUE),
+        (PENDING, PENDING, QueueingHint.QUEUE_SKIP),
     ],
 )
-def test_queueing_hint(old: dict[str, Any], hint: QueueingHint) -> None:
-    assert _after_pod_change({}, old, None) == hint
+def test_queueing_hint(old: dict[str, Any], new: dict[str, Any] | None, hint: QueueingHint) -> None:
+    assert _after_pod_change({}, old, new) == hint
 
 
 @pytest.mark.parametrize(

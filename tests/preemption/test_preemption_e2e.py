@@ -169,3 +169,21 @@ async def test_an_eviction_refused_by_a_pdb_keeps_the_victim(bed: Bed) -> None:
         assert "was not evicted" in blocked["message"]
         pods = await bed.pods_until(lambda ps: len(bound(ps)) >= 8)
         assert sorted(bound(pods)) == [f"db{i}" for i in range(8)]
+
+
+async def test_a_nomination_written_by_another_replica_is_kept(bed: Bed) -> None:
+    """``status.nominatedNodeName`` written by someone else (another replica, or this one
+    before a restart) is read back from the informer: the node's GPUs are held for the pod,
+    and freed when it is deleted."""
+    (node,) = await bed.add_nodes(1, "dgx-h100")
+    async with bed.running():
+        await bed.create_pod(gpu_pod(bed, "huge", 16, 0))  # fits no node: nothing nominates
+        await bed.pods_until(lambda ps: bool(waiting(ps.get("huge", {}))))
+        await bed.kube.patch(
+            f"{bed.pods_path}/huge/status", {"status": {"nominatedNodeName": node}}
+        )
+        await bed.create_pod(gpu_pod(bed, "low", 1, 2))
+        await bed.pods_until(lambda ps: REASON_HELD in waiting(ps.get("low", {})))
+        await bed.delete_pod("huge", now=True)
+        pods = await bed.pods_until(lambda ps: "low" in bound(ps))
+        assert pods["low"]["spec"]["nodeName"] == node
