@@ -230,16 +230,23 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodE
         if not need:
             return None
         assert self._handle is not None
-        nodes = [
-            info
-            for info in self._handle.node_lister.node_infos()
-            if (st := statuses.get(info.name)) is not None
-            and st.code == Code.UNSCHEDULABLE
-            and _can_ever_hold(info, need)
-        ]
         rank = pod_priority(pod).rank
-        if not any((low := info.lowest_priority_rank) is not None and low < rank for info in nodes):
+        unschedulable = Code.UNSCHEDULABLE
+        nodes: list[NodeInfo] = []
+        lower = False
+        for info in self._handle.node_lister.node_infos():
+            st = statuses.get(info.name)
+            if st is None or st.code != unschedulable:
+                continue
+            nodes.append(info)
+            if not lower:
+                low = info.lowest_priority_rank
+                lower = low is not None and low < rank
+        if not lower:
             return None  # nothing of lower priority runs there: nothing to keep the GPUs from
+        nodes = [info for info in nodes if _can_ever_hold(info, need)]
+        if not nodes:
+            return None
         current = (pod.get("status") or {}).get("nominatedNodeName")
         if current and any(info.name == current for info in nodes):
             return str(current)
