@@ -45,7 +45,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, cast
 
 from gpusched.cache import NodeInfo, PodInfo
 from gpusched.framework import Code, CycleState, Pod, PreFilterResult, Status
@@ -61,6 +61,7 @@ __all__ = [
     "NO_VICTIMS",
     "PDB",
     "Candidate",
+    "Decision",
     "Evaluator",
     "FilterRunner",
     "Victim",
@@ -206,6 +207,17 @@ class _Unit:
     start: float
     violates: bool = False
     key: str = field(default="")
+
+
+class Decision(NamedTuple):
+    """What :meth:`Evaluator.preempt` decided: the ``candidate``, or ``None`` and ``message``
+    (why not); ``eligible`` is false when the pod may not preempt now (``Never``, or its
+    victims are still terminating), so that a nomination it has is kept, as upstream's nil
+    result; when eligible but nothing helps, upstream clears it."""
+
+    candidate: Candidate | None
+    message: str = ""
+    eligible: bool = True
 
 
 def num_candidates(nodes: int, percentage: int, absolute: int) -> int:
@@ -414,17 +426,17 @@ class Evaluator:
                 break
         return remaining[0]
 
-    def preempt(self, pod: Pod, statuses: Mapping[str, Status]) -> tuple[Candidate | None, str]:
-        """Steps 1, 2 and 5: the chosen candidate, or ``None`` and why not."""
+    def preempt(self, pod: Pod, statuses: Mapping[str, Status]) -> Decision:
+        """Steps 1, 2 and 5 (module docstring)."""
         nominated = (pod.get("status") or {}).get("nominatedNodeName")
         ok, why = self.eligible(pod, statuses.get(nominated) if nominated else None)
         if not ok:
-            return None, why
+            return Decision(None, why, eligible=False)
         candidates, reasons = self.find_candidates(pod, statuses)
         if not candidates:
             summary = _summary(len(statuses), reasons)
-            return None, f"preemption: 0/{len(statuses)} nodes are available: {summary}"
-        return self.select_candidate(candidates), ""
+            return Decision(None, f"preemption: 0/{len(statuses)} nodes are available: {summary}")
+        return Decision(self.select_candidate(candidates))
 
 
 def _summary(nodes: int, reasons: Counter[str]) -> str:

@@ -1171,8 +1171,9 @@ class Scheduler:
         appended to the FailedScheduling message; a ``PostFilterResult``'s nominated node is
         recorded in ``info.nominated_node_name`` and sends the pod to backoff, to be retried.
         The nomination is also recorded in the cache (``SchedulerCache.nominate``), which
-        keeps the node's GPUs from lower-priority pods; trying the nominated node first is not
-        done (every node is filtered again).
+        keeps the node's GPUs from lower-priority pods; a result with an empty node name
+        clears a nomination the pod has (cache and status). Trying the nominated node first
+        is not done (every node is filtered again).
         """
         plugins = {s.plugin for s in result.statuses.values() if s.plugin}
         if result.status is not None and result.status.plugin:
@@ -1196,11 +1197,19 @@ class Scheduler:
                 # Keep the node's GPUs for it (NominatedReservation) until it is placed or
                 # deleted (the cache clears the nomination on assume and on the bound Add).
                 self.cache.nominate(info.pod, nominated)
+            elif post_result is not None and (
+                self.cache.clear_nomination(info.uid)
+                or (info.pod.get("status") or {}).get("nominatedNodeName")
+            ):
+                # An empty node name clears the nomination, as upstream: written as "" with
+                # the condition, and the pods it kept from the node may try again.
+                nominated = ""
+                self._emit("Pod/Delete", info.pod, None, skip=info.uid)
         if is_error:
             self.queue.requeue_after_error(info)
         else:
             info.unschedulable_plugins = plugins
-            info.nominated_node_name = nominated
+            info.nominated_node_name = nominated or None
             self.queue.add_unschedulable(info)
         self.events.failed_scheduling(info.pod, message, nominated_node=nominated)
         self._attempt("error" if is_error else "unschedulable", fw, started)

@@ -186,7 +186,7 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodE
                 plugin=NAME,
             )
         try:
-            candidate, why = evaluator.preempt(pod, statuses)
+            candidate, why, eligible = evaluator.preempt(pod, statuses)
         except RuntimeError:  # a framework built without a scheduler (no snapshot)
             return None, Status.unschedulable(plugin=NAME)
         if candidate is not None:
@@ -200,7 +200,10 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodE
                 return PostFilterResult(node), Status.unschedulable(
                     f"{why.rstrip('.')}; {reserved}" if why else reserved, plugin=NAME
                 )
-        return None, Status.unschedulable(*([why.rstrip(".")] if why else []), plugin=NAME)
+        # Upstream's results: not eligible keeps the pod's nomination (None); eligible but
+        # nothing helps clears it (an empty node name), so its GPUs are held no longer.
+        cleared = PostFilterResult("") if eligible else None
+        return cleared, Status.unschedulable(*([why.rstrip(".")] if why else []), plugin=NAME)
 
     def _waiting_on(self, uid: str) -> str | None:
         """The node of this pod's preemption still in flight (evictions unanswered, or

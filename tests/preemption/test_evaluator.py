@@ -134,7 +134,7 @@ def test_victims_are_the_fewest_lowest_priority_pods(
     pods = [running(f"g{i}", "n1", [i], lvl, started=i) for i, lvl in enumerate(LEVELS)]
     cluster, fw = setup([make_node("n1").gpus(8)], pods)
     pod = preemptor(gpus, level)
-    candidate, why = Evaluator(fw, rng=random.Random(0)).preempt(
+    candidate, why, _ = Evaluator(fw, rng=random.Random(0)).preempt(
         pod, statuses_for(fw, cluster, pod)
     )
     if expected is None:
@@ -153,7 +153,9 @@ def test_spec_priority_breaks_ties_within_a_level() -> None:
     cluster, fw = setup([make_node("n1").gpus(8)], pods)
     pod = preemptor(1, 2)
     pod["spec"]["priority"] = 50  # above every pod but g3
-    candidate, _ = Evaluator(fw, rng=random.Random(0)).preempt(pod, statuses_for(fw, cluster, pod))
+    candidate, _, _ = Evaluator(fw, rng=random.Random(0)).preempt(
+        pod, statuses_for(fw, cluster, pod)
+    )
     assert candidate is not None
     assert "g3" not in victims_of(candidate)
     assert len(candidate.victims) == 1
@@ -167,7 +169,7 @@ def test_the_victims_free_a_4_gpu_nvlink_quad_and_gpufit_would_choose_it() -> No
     cluster, fw = setup([make_node("n1").dgx1()], pods)
     pod = preemptor(4)
     evaluator = Evaluator(fw, rng=random.Random(0))
-    candidate, _ = evaluator.preempt(pod, statuses_for(fw, cluster, pod))
+    candidate, _, _ = evaluator.preempt(pod, statuses_for(fw, cluster, pod))
     assert victims_of(candidate) == ["g4", "g5", "g6", "g7"]
     # On the node without the victims, GPUFit's Filter chooses the freed quad.
     assert candidate is not None
@@ -203,7 +205,9 @@ def test_a_share_evicts_the_pods_on_one_gpu_not_any_two() -> None:
             pods.append(pod)
     cluster, fw = setup([make_node("n1").gpus(8)], pods)
     pod = make_pod("big").shared(1, "60Gi").priority(0).obj()
-    candidate, _ = Evaluator(fw, rng=random.Random(0)).preempt(pod, statuses_for(fw, cluster, pod))
+    candidate, _, _ = Evaluator(fw, rng=random.Random(0)).preempt(
+        pod, statuses_for(fw, cluster, pod)
+    )
     assert victims_of(candidate) == ["s5-0", "s5-1"]
 
 
@@ -238,7 +242,7 @@ def test_the_node_with_fewer_pdb_violations_wins() -> None:
     # Without a budget the lower-priority node n1 is chosen; with one, n2 violates none.
     assert Evaluator(fw, rng=random.Random(0)).preempt(pod, statuses)[0].node == "n1"  # type: ignore[union-attr]
     pdb = PDB("default", "db", {"matchLabels": {"app": "db"}}, disruptions_allowed=2)
-    candidate, _ = Evaluator(fw, rng=random.Random(0), pdbs=lambda: [pdb]).preempt(pod, statuses)
+    candidate, _, _ = Evaluator(fw, rng=random.Random(0), pdbs=lambda: [pdb]).preempt(pod, statuses)
     assert candidate is not None
     assert candidate.node == "n2"
     assert candidate.pdb_violations == 0
@@ -308,7 +312,7 @@ def test_a_gang_member_is_evicted_only_with_its_whole_gang() -> None:
     pods.append(running("g-1", "n2", [0], 4, labels={"gang": "g"}))
     cluster, fw = setup([make_node("n1").gpus(8), make_node("n2").gpus(1)], pods)
     pod = preemptor(8)
-    candidate, _ = Evaluator(GangRunner(fw), rng=random.Random(0)).preempt(
+    candidate, _, _ = Evaluator(GangRunner(fw), rng=random.Random(0)).preempt(
         pod, statuses_for(fw, cluster, pod)
     )
     assert candidate is not None
@@ -342,7 +346,7 @@ def test_a_gang_is_reprieved_whole_and_one_with_a_higher_member_is_no_victim() -
     # The gang is the lowest priority, so it is removed last in the reprieve: its members
     # are the victims, all three, and every level-3 pod stays.
     assert sorted(v.pod["metadata"]["name"] for v in victims) == ["g-0", "g-1", "g-2"]
-    candidate, _ = evaluator.preempt(pod, statuses)  # n1 or n2: the same three victims
+    candidate, _, _ = evaluator.preempt(pod, statuses)  # n1 or n2: the same three victims
     assert victims_of(candidate) == ["g-0", "g-1", "g-2"]
 
 

@@ -116,8 +116,9 @@ def test_a_preemption_nominates_the_node_and_queues_the_evictions() -> None:
         ("Never", False, 0, False, None, "preemptionPolicy=Never"),
         # Level 3 may evict only the one level-4 pod: 2 GPUs are not 3. Reserved.
         ("PreemptLowerPriority", True, 3, True, "n1", "nodes are available"),
-        # Nothing of lower priority runs anywhere: nothing to reserve against.
-        ("PreemptLowerPriority", True, 3, False, None, "No preemption victims"),
+        # Nothing of lower priority runs anywhere: nothing to reserve against, and a
+        # nomination the pod had is cleared (upstream's empty node name).
+        ("PreemptLowerPriority", True, 3, False, "", "No preemption victims"),
     ],
 )
 def test_without_preemption_a_gpu_pod_reserves_the_closest_node(
@@ -135,8 +136,10 @@ def test_without_preemption_a_gpu_pod_reserves_the_closest_node(
     assert status.code == Code.UNSCHEDULABLE
     assert plugin_of(fw)._work.empty()
     assert why in status.message()
-    if nominated is None:
+    if nominated is None:  # not eligible: a nomination it has is kept
         assert result is None
+    elif not nominated:
+        assert result.nominated_node_name == ""
     else:
         assert result.nominated_node_name == nominated
         assert f"node {nominated} is reserved for it" in status.message()

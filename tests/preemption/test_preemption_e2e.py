@@ -6,6 +6,7 @@ victim. Every wait is bounded (``WAIT``) and none is asserted on."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -83,8 +84,9 @@ async def test_preemption_frees_a_node_for_a_priority_0_8_gpu_pod(bed: Bed) -> N
         assert_no_double_booking(pods, await bed.leases())
 
 
-async def test_policy_never_evicts_nothing_but_reserves_the_node(bed: Bed) -> None:
-    (node,) = await bed.add_nodes(1, "dgx-h100")
+@contextlib.asynccontextmanager
+async def never_class(bed: Bed) -> AsyncIterator[str]:
+    """A PriorityClass with ``preemptionPolicy: Never`` (value 1000), deleted afterwards."""
     cls = bed.target.name("never")
     classes = resource_path("scheduling.k8s.io", "v1", "priorityclasses")
     await bed.kube.create(
@@ -98,25 +100,30 @@ async def test_policy_never_evicts_nothing_but_reserves_the_node(bed: Bed) -> No
         },
     )
     try:
-        async with bed.running():
-            await fill(bed, "low", 2)
-            body = gpu_pod(bed, "big", 8, 0)
-            body["spec"]["priorityClassName"] = cls
-            await bed.create_pod(body)
-            pods = await bed.pods_until(
-                lambda ps: (ps.get("big", {}).get("status") or {}).get("nominatedNodeName") == node
-            )
-            assert len([n for n in bound(pods) if n.startswith("low")]) == 8  # nobody evicted
-            # A GPU frees up: a newcomer of lower priority may not take it, the node is kept.
-            await bed.delete_pod("low0", now=True)
-            await bed.create_pod(gpu_pod(bed, "late", 1, 2))
-            await bed.pods_until(lambda ps: REASON_HELD in waiting(ps.get("late", {})))
-            for i in range(1, 8):
-                await bed.delete_pod(f"low{i}", now=True)
-            pods = await bed.pods_until(lambda ps: "big" in bound(ps))
-            assert "late" not in bound(pods) or pods["late"]["spec"]["nodeName"] != node
+        yield cls
     finally:
         await bed.kube.delete(f"{classes}/{cls}")
+
+
+async def test_policy_never_evicts_nothing_but_reserves_the_node(bed: Bed) -> None:
+    (node,) = await bed.add_nodes(1, "dgx-h100")
+    async with never_class(bed) as cls, bed.running():
+        await fill(bed, "low", 2)
+        body = gpu_pod(bed, "big", 8, 0)
+        body["spec"]["priorityClassName"] = cls
+        await bed.create_pod(body)
+        pods = await bed.pods_until(
+            lambda ps: (ps.get("big", {}).get("status") or {}).get("nominatedNodeName") == node
+        )
+        assert len([n for n in bound(pods) if n.startswith("low")]) == 8  # nobody evicted
+        # A GPU frees up: a newcomer of lower priority may not take it, the node is kept.
+        await bed.delete_pod("low0", now=True)
+        await bed.create_pod(gpu_pod(bed, "late", 1, 2))
+        await bed.pods_until(lambda ps: REASON_HELD in waiting(ps.get("late", {})))
+        for i in range(1, 8):
+            await bed.delete_pod(f"low{i}", now=True)
+        pods = await bed.pods_until(lambda ps: "big" in bound(ps))
+        assert "late" not in bound(pods) or pods["late"]["spec"]["nodeName"] != node
 
 
 def pdb(bed: Bed, name: str, app: str, min_available: int) -> dict[str, Any]:
@@ -176,8 +183,12 @@ async def test_a_nomination_written_by_another_replica_is_kept(bed: Bed) -> None
     before a restart) is read back from the informer: the node's GPUs are held for the pod,
     and freed when it is deleted."""
     (node,) = await bed.add_nodes(1, "dgx-h100")
-    async with bed.running():
-        await bed.create_pod(gpu_pod(bed, "huge", 16, 0))  # fits no node: nothing nominates
+    async with bed.running(), never_class(bed) as cls:
+        # Fits no node, and may not preempt: this scheduler neither nominates it nor clears
+        # the nomination written for it (an eligible pod's failed preemption would).
+        body = gpu_pod(bed, "huge", 16, 0)
+        body["spec"]["priorityClassName"] = cls
+        await bed.create_pod(body)
         await bed.pods_until(lambda ps: bool(waiting(ps.get("huge", {}))))
         await bed.kube.patch(
             f"{bed.pods_path}/huge/status", {"status": {"nominatedNodeName": node}}
@@ -185,5 +196,27 @@ async def test_a_nomination_written_by_another_replica_is_kept(bed: Bed) -> None
         await bed.create_pod(gpu_pod(bed, "low", 1, 2))
         await bed.pods_until(lambda ps: REASON_HELD in waiting(ps.get("low", {})))
         await bed.delete_pod("huge", now=True)
+        pods = await bed.pods_until(lambda ps: "low" in bound(ps))
+        assert pods["low"]["spec"]["nodeName"] == node
+
+
+async def test_a_nomination_that_no_longer_helps_is_cleared(bed: Bed) -> None:
+    """An eligible pod whose preemption finds nothing has its nomination cleared (upstream's
+    empty node name): ``status.nominatedNodeName`` goes, and the node's GPUs with it."""
+    (node,) = await bed.add_nodes(1, "dgx-h100")
+    async with bed.running():
+        await bed.create_pod(gpu_pod(bed, "huge", 16, 0))
+        await bed.pods_until(lambda ps: bool(waiting(ps.get("huge", {}))))
+        await bed.kube.patch(
+            f"{bed.pods_path}/huge/status", {"status": {"nominatedNodeName": node}}
+        )
+        await bed.kube.patch(f"{bed.pods_path}/huge", {"metadata": {"labels": {"retry": "1"}}})
+        await bed.pods_until(
+            lambda ps: (
+                (ps["huge"]["metadata"].get("labels") or {}).get("retry") == "1"
+                and not (ps["huge"].get("status") or {}).get("nominatedNodeName")
+            )
+        )
+        await bed.create_pod(gpu_pod(bed, "low", 1, 2))
         pods = await bed.pods_until(lambda ps: "low" in bound(ps))
         assert pods["low"]["spec"]["nodeName"] == node
