@@ -19,6 +19,9 @@ adapter over :class:`Evaluator`, and tests drive it with a framework and a cache
    each one the pod still fits beside. Because Filter runs on the clone, GPUFit decides which
    GPUs the pod would get there (topology, VRAM, MIG): the victims left are those holding the
    GPUs it needs, not any N GPUs. Terminating pods are on their way out: removed, not victims.
+   As upstream's ``RunFilterPluginsWithNominatedPods``, the pods nominated to the node with
+   equal or higher priority keep their GPUs there (:func:`gpusched.cache.leaves_room`), so two
+   preemptors do not count on the same room.
 4. *Gangs*: a pod with a group key (``handle.group_key``) is evicted only with every member of
    its gang, wherever they run; a gang with a member of equal or higher priority is never a
    victim. A gang is one unit for the reprieve, and its members on other nodes count as
@@ -47,7 +50,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, cast
 
-from gpusched.cache import NodeInfo, PodInfo
+from gpusched.cache import NodeInfo, PodInfo, gpu_need, leaves_room
 from gpusched.framework import Code, CycleState, Pod, PreFilterResult, Status
 from gpusched.priority import NEVER, Priority, pod_priority, preemption_policy
 
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MIN_CANDIDATE_NODES_ABSOLUTE",
     "MIN_CANDIDATE_NODES_PERCENTAGE",
+    "NOMINATED_ELSEWHERE",
     "NOT_HELPFUL",
     "NO_VICTIMS",
     "PDB",
@@ -71,6 +75,8 @@ __all__ = [
 
 NO_VICTIMS: Final = "No preemption victims found for incoming pod"
 """Upstream's reason for a node without a pod of lower priority."""
+NOMINATED_ELSEWHERE: Final = "node's GPUs are held for a pod of equal or higher priority"
+"""Why a node whose room is promised to other nominated pods is no candidate."""
 NOT_HELPFUL: Final = "Preemption is not helpful for scheduling"
 """Upstream's reason for a node where evicting pods cannot help (Unresolvable)."""
 MIN_CANDIDATE_NODES_PERCENTAGE: Final = 10
@@ -369,7 +375,22 @@ class Evaluator:
         for unit in units:
             for info in unit.local:
                 clone.remove_pod(info.uid)
-        status = self.runner.run_filter(state, pod, clone)
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        need = gpu_need(pod)
+        others = [n for n in clone.nominated.values() if n.uid != uid and not n.priority < priority]
+
+        def fits() -> Status:
+            status = self.runner.run_filter(state, pod, clone)
+            if (
+                status.is_success
+                and others
+                and need
+                and not leaves_room(clone.ledger, need, others)
+            ):
+                return Status.unschedulable(NOMINATED_ELSEWHERE)
+            return status
+
+        status = fits()
         if not status.is_success:
             return [], 0, status
         units.sort(key=lambda u: (-u.top.rank, u.start))
@@ -386,7 +407,7 @@ class Evaluator:
         for unit in [u for u in units if u.violates] + [u for u in units if not u.violates]:
             for info in unit.local:
                 clone.add_pod(info.pod, info.declared or info.assignment)
-            if self.runner.run_filter(state, pod, clone).is_success:
+            if fits().is_success:
                 continue  # reprieved
             for info in unit.local:
                 clone.remove_pod(info.uid)

@@ -423,3 +423,22 @@ def test_eligibility(pod_extra: dict[str, Any], terminating: bool, eligible: boo
         pod[key].update(value)
     ok, why = Evaluator(fw).eligible(pod)
     assert ok is eligible, why
+
+
+def test_room_promised_to_an_equal_nominee_is_not_counted_on_again() -> None:
+    """As upstream's RunFilterPluginsWithNominatedPods: a pod nominated to n1 with equal or
+    higher priority keeps its GPUs there, so a second preemptor evicts on n2 instead."""
+    pods = [running(f"a{i}", "n1", [i], 3) for i in range(8)]
+    pods += [running(f"b{i}", "n2", [i], 2) for i in range(8)]  # more important: n1 first
+    cluster, fw = setup([make_node("n1").gpus(8), make_node("n2").gpus(8)], pods)
+    first, second = preemptor(8, name="first"), preemptor(8, name="second")
+    statuses = statuses_for(fw, cluster, second)
+    evaluator = Evaluator(fw, rng=random.Random(0))
+    assert evaluator.preempt(second, statuses).candidate.node == "n1"  # type: ignore[union-attr]
+    assert cluster.cache.nominate(first, "n1")
+    statuses = statuses_for(fw, cluster, second)
+    candidate = evaluator.preempt(second, statuses).candidate
+    assert candidate is not None
+    assert candidate.node == "n2"
+    # The nominee itself still counts on its node.
+    assert evaluator.preempt(first, statuses_for(fw, cluster, first)).candidate.node == "n1"  # type: ignore[union-attr]
