@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import _paths  # noqa: F401  (puts tests/plugins and tests/scheduler on sys.path)
+import preemption_paths  # noqa: F401  (puts tests/plugins and tests/scheduler on sys.path)
 import pytest
 from conftest import Target
 from scheduler_bed import Bed, assert_no_double_booking, bound, objects_until, open_bed

@@ -9,7 +9,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-import _paths  # noqa: F401  (puts tests/plugins and tests/scheduler on sys.path)
+import preemption_paths  # noqa: F401  (puts tests/plugins and tests/scheduler on sys.path)
 import pytest
 from builders import Cluster, NodeBuilder, make_node, make_pod, run_cycle
 

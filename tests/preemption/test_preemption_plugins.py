@@ -7,11 +7,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import _paths  # noqa: F401  (puts tests/plugins and tests/scheduler on sys.path)
+import preemption_paths  # noqa: F401  (puts tests/plugins and tests/scheduler on sys.path)
 import pytest
 from builders import Cluster, make_node, make_pod, run_cycle
 from pydantic import ValidationError
-from test_evaluator import running
+from test_preemption_evaluator import running
 
 from gpusched.framework import (
     Code,
