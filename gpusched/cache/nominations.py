@@ -19,7 +19,9 @@ rather than risk the preemptor's GPUs):
 - VRAM: the free memory of GPUs that take shares, less the pod's VRAM (a whole GPU counts as
   the largest GPU's memory), must hold the nominees' shares.
 
-MIG devices are not counted (a MIG-enabled GPU is never free whole). Costs: :func:`gpu_need`
+MIG devices are not counted (a MIG-enabled GPU is never free whole), nor the VRAM of a share
+asked as a fraction of each GPU (its size depends on the GPU chosen); such a share still counts
+the idle GPUs it may open. Costs: :func:`gpu_need`
 ~3 us (the request readers' fast path), once per nomination or per cycle; :func:`leaves_room`
 O(1) for whole GPUs, O(GPUs) when a nominee needs VRAM; nodes without nominations cost nothing.
 """
@@ -46,7 +48,7 @@ class GPUNeed:
     shared_gpus: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.gpus or self.vram_mib)
+        return bool(self.gpus or self.vram_mib or self.shared_gpus)
 
 
 NO_NEED = GPUNeed()

@@ -106,6 +106,12 @@ def test_nominations_end_where_the_pod_is_placed_or_the_node_goes(how: str) -> N
             GPUNeed(vram_mib=2 * 10240, shared_gpus=2),
         ),
         (make_pod("mig").mig("1g.10gb"), NO_NEED),
+        (
+            make_pod("fraction")
+            .request("nvidia.com/gpu", 1)
+            .request("nvidia.com/gpumem-percentage", 50),
+            GPUNeed(shared_gpus=1),
+        ),
         (make_pod("bad").request("gpusched.io/gpu", 1), NO_NEED),  # no VRAM: unreadable
     ],
 )
