@@ -23,12 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CONTIGUOUS",
     "GPU_IDS",
     "GPU_UUIDS",
+    "MIN_BANDWIDTH_GBPS",
     "PREFIX",
     "PRIORITY",
     "RESERVATION_UID",
     "RESERVED_VRAM_MIB",
+    "TOPOLOGY",
     "AnnotationError",
     "Assignment",
     "assignment_annotations",
@@ -42,6 +45,12 @@ GPU_IDS = PREFIX + "gpu-ids"
 GPU_UUIDS = PREFIX + "gpu-uuids"
 RESERVED_VRAM_MIB = PREFIX + "reserved-vram-mib"
 RESERVATION_UID = PREFIX + "reservation-uid"
+TOPOLOGY = PREFIX + "topology"
+"""``Required`` | ``Preferred`` (default): how the two options below bind (docs/gpu_fit.md)."""
+MIN_BANDWIDTH_GBPS = PREFIX + "min-bandwidth-gbps"
+"""GB/s (both directions) the slowest pair of the pod's GPUs must move, e.g. ``"600"``."""
+CONTIGUOUS = PREFIX + "contiguous"
+"""``"true"``: the pod's GPUs are connected over the NVLinks among them."""
 
 PRIORITY_LEVELS = range(5)
 DEFAULT_PRIORITY = 0

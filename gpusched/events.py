@@ -347,7 +347,9 @@ class EventRecorder:
         self, pod: Mapping[str, Any], reason: str, message: str, nominated: str | None = None
     ) -> None:
         status = pod.get("status") or {}
-        conditions = status.get("conditions") or []
+        # While another condition of ours is being written, the pod's copy is older than it.
+        writing = self._conditions.get(pod["metadata"]["uid"]) is not None
+        conditions = [] if writing else status.get("conditions") or []
         current = (reason, message)
         for c in conditions:
             if (

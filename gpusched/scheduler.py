@@ -259,6 +259,7 @@ class Scheduler:
             node_lister=self.snapshot,
             events=self.events,
             gpu_classes=self.policies.classes,
+            activate=lambda uids: self.queue.activate(uids),
         )
         first = next(iter(self.frameworks.values()))
         self._hints = event_hints(self.frameworks.values())
@@ -1430,12 +1431,14 @@ class Scheduler:
         if outcome in (_Outcome.GONE, _Outcome.ELSEWHERE):
             self.queue.done(info.uid, info.cycle)
         else:
-            with contextlib.suppress(ValueError):  # the pod may have been deleted meanwhile
-                self.queue.requeue_after_error(info)
+            # Told before it is requeued: a PreEnqueue plugin that gates it again reports
+            # that, and the pod then says what it waits for, not what failed before.
             if failure.stage != "lease_conflict":
                 self.events.failed_scheduling(
                     pod, f"binding to {node} failed: {failure}", reason="SchedulerError"
                 )
+            with contextlib.suppress(ValueError):  # the pod may have been deleted meanwhile
+                self.queue.requeue_after_error(info)
         if reserved is not None and outcome != _Outcome.UNKNOWN:
             # Known not to hold the pod: if this release fails (or is not tried), the next
             # write to the Lease or the collector drops it (the book's prune rule).

@@ -44,24 +44,31 @@ Whole GPUs:
 
 - **Filter** checks the node (advertised, free in the device ledger, ``allocatable -
   requested``, no device conflict) and, if the pod fits, *chooses* its ``N`` GPUs there
-  (:mod:`gpusched.topology.selection`: the best-connected free set, leaving the rest well
-  connected), recorded in :data:`GPU_CHOICES`. Memoised per node-info generation and per
-  topology, so an unchanged node costs a dict lookup.
-- **Score** weighs the chosen set's connectivity against bin packing (``topologyWeight``,
-  ``binPackingWeight``), integer arithmetic in 0..100. Connectivity is on a fixed scale
-  (:func:`gpusched.topology.set_quality`: the set's mean pair score, logarithmic from one
-  ``SYS`` hop, 0, to a DGX H100 pair, 100), so a node's score is its own whatever the other
-  nodes of the cycle are, and across a mixed fleet an NVSwitch set still outranks a DGX-1's
-  NV2 pair, which outranks a PCIe pair, where packing is equal.
+  (:mod:`gpusched.topology.selection`: the free set with the most NVLinks, then the best
+  PCIe proximity, leaving the rest well connected; among the sets that meet the pod's rule,
+  ``gpusched.io/min-bandwidth-gbps`` and ``gpusched.io/contiguous``), recorded in
+  :data:`GPU_CHOICES`. A ``Required`` rule no free set meets rejects the node saying what it
+  offers ("could not give 4 GPUs joined at >= 600 GB/s: the best free set offers 100 GB/s").
+  Memoised per node-info generation, ``N`` and rule, and per topology, so an unchanged node
+  costs a dict lookup.
+- **Score**, ``N >= 2``, ``topologyFirst`` (default): topology before packing, node-local
+  and lexicographic: the tier of the set's quality (:func:`gpusched.topology.set_quality` of
+  its link score) among the qualities ``N`` GPUs of a known layout can have, times the
+  points per tier, plus best fit (fewest GPUs left free) within the tier (:meth:`_tiered`), so
+  a pod gets a set as good as the best any node offers and packing decides among those nodes.
+  ``topologyFirst: false``: the weighted mean of quality and packing (``topologyWeight``,
+  ``binPackingWeight``). One GPU: packing. Integer arithmetic in 0..100.
 - **PostFilter** (no node fits) says why when no node could *ever* take the pod: more GPUs
-  than the largest node has, or GPUs that exist but are MIG-partitioned (naming the MIG
-  resources the nodes offer instead). O(nodes), only for pods that fit nowhere; it nominates
-  nothing, so preemption after it still runs.
+  than the largest node has, GPUs that exist but are MIG-partitioned (naming the MIG
+  resources the nodes offer instead), or a ``Required`` rule no node meets even idle.
+  O(nodes), only for pods that fit nowhere; it nominates nothing, so preemption after it
+  still runs.
 - **Reserve** writes the choice on the chosen node as :data:`gpusched.framework.DEVICE_ASSIGNMENT`,
   which the scheduler assumes in its cache and DefaultBinder puts on the Binding.
-- **SignPod**: pods asking no GPUs sign alike; whole-GPU pods by ``N`` and the priority
-  (every score is the node's alone); shared pods by every field Filter and Score read, MIG
-  pods by profile; MIG pods with fallbacks and rejected pods ``None``.
+- **SignPod**: pods asking no GPUs sign alike; whole-GPU pods by ``N`` and the priority, and
+  for ``N >= 2`` the rule and the ladder's version (every score is the node's alone); shared
+  pods by every field Filter and Score read, MIG pods by profile; MIG pods with fallbacks and
+  rejected pods ``None``.
 
 The Filter rules and reasons, the selection, the score formula with worked numbers, and why
 each signature is safe: docs/gpu_fit.md.
@@ -69,27 +76,34 @@ each signature is safe: docs/gpu_fit.md.
 Args::
 
     - name: GPUFit
-      args: {maxCombinations: 5000, topologyWeight: 1, binPackingWeight: 1, strategy: binpack}
+      args: {maxCombinations: 5000, topologyFirst: true, topologyWeight: 1,
+             binPackingWeight: 1, strategy: binpack}
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from itertools import combinations, islice
+from math import comb
 from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 from pydantic import Field, model_validator
 
 from gpusched.annotations import (
+    CONTIGUOUS,
     GPU_IDS,
+    MIN_BANDWIDTH_GBPS,
+    TOPOLOGY,
     AnnotationError,
     Assignment,
     parse_assignment,
     parse_priority,
 )
-from gpusched.cache import MIG_RESOURCE_PREFIX, TERMINAL_PHASES, pod_requests
+from gpusched.cache import MIG_RESOURCE_PREFIX, TERMINAL_PHASES, Snapshot, pod_requests
 from gpusched.cache.ledger import mib_text
 from gpusched.framework import (
     DEVICE_ASSIGNMENT,
@@ -125,7 +139,15 @@ from gpusched.gpu_requests.native import EXCLUSIVE as EXCLUSIVE_ANNOTATION
 from gpusched.gpu_requests.native import GPU_CLASS as GPU_CLASS_ANNOTATION
 from gpusched.gpu_requests.woolyai import GPU_CLASS as WOOLYAI_GPU_CLASS_ANNOTATION
 from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory, mig_resource_name
-from gpusched.topology import GPUTopology, build_topology, set_quality
+from gpusched.topology import (
+    GPUTopology,
+    SetRule,
+    build_topology,
+    matrix_set_score,
+    pair_gbps,
+    set_quality,
+)
+from gpusched.topology.selection import NO_RULE
 
 from ._helper import pod_of, pod_spec
 from .default_binder import BINDING_ANNOTATIONS, BindingAnnotations
@@ -275,6 +297,11 @@ class GPURequest:
     """Whole GPUs (``nvidia.com/gpu``), at least 1."""
     priority: int
     """``gpusched.io/priority``, 0 (highest) to 4."""
+    rule: SetRule = NO_RULE
+    """``gpusched.io/min-bandwidth-gbps`` and ``gpusched.io/contiguous``: what the set must meet."""
+    required: bool = False
+    """``gpusched.io/topology: Required`` (with a rule): a node without such a set is rejected;
+    else the rule is a preference (a set that meets it ranks above every set that does not)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +323,11 @@ class GPUChoice:
     fill: int = -1
     """Shared and MIG pods: how full the chosen GPUs and the node are once the pod holds
     these, 0..100 (the strategy's score reads it); -1 for whole GPUs."""
+    meets: bool = True
+    """Whole GPUs: the set meets the pod's rule (always, without one)."""
+    link_score: int = 0
+    """Whole GPUs: the set's sum of :attr:`GPUTopology.link_scores` (PCIe counted only for
+    pairs without NVLink): what topologyFirst ranks nodes by."""
 
     def to_assignment(self, reservation_uid: str = "") -> Assignment:
         """The assignment to assume in the cache and write as annotations."""
@@ -347,14 +379,33 @@ def choice_for(state: CycleState, node_name: str) -> GPUChoice | None:
 
 
 def _signature(inventory: GPUNodeInventory) -> tuple[Any, ...]:
-    """What of an inventory the layout depends on: GPU count and links. O(links)."""
-    return (len(inventory.gpus), tuple((k.a, k.b, k.nvlinks, k.pcie) for k in inventory.links))
+    """What of an inventory the layout depends on: GPU count, links and the GPUs' products
+    (the bandwidth of a link). O(GPUs + links)."""
+    return (
+        len(inventory.gpus),
+        tuple((k.a, k.b, k.nvlinks, k.pcie) for k in inventory.links),
+        tuple(g.product for g in inventory.gpus),
+    )
 
 
 def _layout(inventory: GPUNodeInventory, max_combinations: int) -> GPUTopology:
-    """The node's GPUs (indices ``0 .. len(gpus)-1``) and links as a :class:`GPUTopology`."""
-    graph = build_topology(range(len(inventory.gpus)), inventory.links)
-    return GPUTopology(graph, max_combinations)
+    """The node's GPUs (indices ``0 .. len(gpus)-1``), links and pair bandwidths
+    (:func:`~gpusched.topology.pair_gbps`; a pair with no link reported: PCIe) as a
+    :class:`GPUTopology`."""
+    count = len(inventory.gpus)
+    graph = build_topology(range(count), inventory.links)
+    products = [g.product for g in inventory.gpus]
+    nvlinks = {(k.a, k.b): k.nvlinks for k in inventory.links}
+    gbps = [
+        [
+            0.0
+            if a == b
+            else pair_gbps(nvlinks.get((min(a, b), max(a, b)), 0), products[a], products[b])
+            for b in range(count)
+        ]
+        for a in range(count)
+    ]
+    return GPUTopology(graph, max_combinations, gbps)
 
 
 # -- args ----------------------------------------------------------------------------------------
@@ -371,6 +422,11 @@ class GPUFitArgs(PluginArgs):
     :func:`~gpusched.topology.set_quality`, 0..100). Default 1."""
     bin_packing_weight: int = Field(default=1, ge=0)
     """``Wp`` in the score: how much leaving the node fuller counts. Default 1."""
+    topology_first: bool = True
+    """Multi-GPU whole pods: rank nodes by the chosen set's quality first and by packing only
+    among equally good sets (default), so a pod gets a set as good as the best any node
+    offers; ``false``: the weighted mean of ``topologyWeight`` and ``binPackingWeight``
+    (which are read only then). docs/gpu_fit.md, "Score"."""
     strategy: Strategy = "binpack"
     """Shared and MIG pods: ``binpack`` (the default) puts a share on the fullest GPU that
     fits, and scores joining GPUs already in use above opening an idle one (then busier
@@ -410,6 +466,19 @@ class GPUFit(
         self._max_combinations = args.max_combinations
         self._wt = args.topology_weight
         self._wp = args.bin_packing_weight
+        self._topology_first = args.topology_first
+        self._known = 0
+        """Layouts (the first of ``_layouts``) the quality ladder is built from."""
+        self._ladder_pod: Pod | None = None
+        self._seen = (-1, 0)
+        """The snapshot's membership and generation :meth:`_learn_layouts` last read."""
+        self._ladders: dict[int, tuple[int, dict[int, int], tuple[int, ...]]] = {}
+        """N -> (layouts it was built from, quality -> rank, the qualities ascending): the
+        set qualities any ``N`` GPUs of any known layout can have (:meth:`_ladder`)."""
+        self._rule_status: dict[tuple[str, bool], Status] = {}
+        """Rejection reason text and whether it is unresolvable -> its Status (reused)."""
+        self._offers: dict[tuple[int, int, int, SetRule], float | None] = {}
+        """(layout id, GPU mask, N, contiguity) -> :meth:`GPUTopology.offer` there."""
         self._spread = args.strategy == "spread"
         self._read_memo: tuple[Pod, PodRequest | None, str | None] | None = None
         self._whole_memo: tuple[Pod, GPURequest | None, Status] | None = None
@@ -418,9 +487,9 @@ class GPUFit(
         PreFilter of one cycle read a pod once."""
         self._nodes: dict[str, tuple[GPUNodeInventory, GPUTopology]] = {}
         self._layouts: dict[tuple[Any, ...], GPUTopology] = {}
-        self._last: dict[str, tuple[int, int, GPUChoice]] = {}
-        """Node -> (node-info generation, N, the choice made): a node unchanged since the last
-        cycle (same generation) gets the same choice without a look at its devices."""
+        self._last: dict[str, tuple[int, int, SetRule, GPUChoice]] = {}
+        """Node -> (node-info generation, N, rule, the choice made): a node unchanged since the
+        last cycle (same generation) gets the same choice without a look at its devices."""
         self._class_matches: dict[
             tuple[str, str], tuple[GPUClass, Mapping[str, str], GPUNodeInventory | None, ClassMatch]
         ] = {}
@@ -445,9 +514,11 @@ class GPUFit(
                 return None, status
             state.write(_PLAN, self._plan(read, cls))
         elif read.mode == "whole":
-            request, status = self._parse_whole(pod)
+            request, status = self._parse_whole(pod, read)
             if request is None:
                 return None, status
+            if request.count >= 2 and self._topology_first and self._wt:
+                self._learn_layouts(pod)
             state.write(_REQUEST, request)
         else:
             state.write(_PLAN, self._plan(read))
@@ -474,6 +545,12 @@ class GPUFit(
         if read is None:
             return None, Status.skip()
         if read.mode == "whole" and read.gpu_class is not None:
+            if read.min_bandwidth_gbps is not None or read.contiguous:
+                return None, Status.unresolvable(
+                    f"{MIN_BANDWIDTH_GBPS} and {CONTIGUOUS} do not apply to pods with a "
+                    f"{GPU_CLASS_ANNOTATION} yet: remove them, or the class",
+                    plugin=NAME,
+                )
             # Whole GPUs of a class: placed as exclusive GPUs of the shared API (idle devices,
             # all their memory), the path that chooses among the class's devices. Still
             # booked whole: Reserve marks no shared claim, the cache reads nvidia.com/gpu.
@@ -535,12 +612,17 @@ class GPUFit(
                 return _Plan(read, other, f"{read.mig_profile}->{profile}")
         return _Plan(read, resource)
 
-    def _parse_whole(self, pod: Pod) -> tuple[GPURequest | None, Status]:
-        """:meth:`_parse`, memoised for the last pod object (PreFilter, then SignPod)."""
+    def _parse_whole(self, pod: Pod, read: PodRequest) -> tuple[GPURequest | None, Status]:
+        """:meth:`_parse` with ``read``'s topology rule, memoised for the last pod object
+        (PreFilter, then SignPod)."""
         memo = self._whole_memo
         if memo is not None and memo[0] is pod:
             return memo[1], memo[2]
         request, status = self._parse(pod)
+        if request is not None:
+            rule = SetRule(read.min_bandwidth_gbps or 0.0, read.contiguous)
+            if rule:
+                request = replace(request, rule=rule, required=read.topology == "Required")
         self._whole_memo = (pod, request, status)
         return request, status
 
@@ -574,12 +656,17 @@ class GPUFit(
         - a pod that PreFilter rejects (malformed annotation or requests, whole GPUs with MIG
           devices) is ``None``: it takes the full path and gets PreFilter's message;
         - no whole GPUs: PreFilter Skips and writes nothing, so Filter and Score never run;
-        - ``N`` whole GPUs: PreFilter writes :class:`GPURequest` (``N`` and the priority,
-          hence both in the fragment); Filter reads only ``N`` and the node (its choice is a
-          function of the node's free GPUs and layout, and is reused for the same generation);
+        - ``N`` whole GPUs: PreFilter writes :class:`GPURequest` (``N``, the priority and,
+          for ``N >= 2``, the topology rule and whether it is required: all in the fragment);
+          Filter reads only those and the node (its choice is a function of the node's free
+          GPUs, layout and the rule, and is reused for the same generation);
         - Score reads the choice (its set's :func:`~gpusched.topology.set_quality`, a fixed
-          scale, and the node's GPUs in use) and the weights: a function of ``N`` and the node
-          alone, whatever the cycle's other nodes are, for every ``N`` and both weights.
+          scale, whether it meets the rule, and the node's GPUs) and the args; with
+          ``topologyFirst``, also the quality ladder of the layouts known
+          (:meth:`_ladder`), which changes only when a layout is first seen: the number of
+          layouts known is in the fragment (``N >= 2``), so a new layout signs pods anew and
+          no class ranked on the old ladder is reused. A function of the signature and the
+          node alone, whatever the cycle's other nodes are.
 
         No cache: the parse is the one PreFilter does (a few microseconds). Never raises.
         """
@@ -587,12 +674,15 @@ class GPUFit(
             read, status = self._read(pod)
             if read is not None and read.mode != "whole":
                 return self._sign_read(read)
-            request, status = (None, status) if read is None else self._parse_whole(pod)
+            request, status = (None, status) if read is None else self._parse_whole(pod, read)
         except Exception:  # a pod too malformed to read: PreFilter will say why
             return None
         if request is None:
             return (NAME, 0) if status.is_skip else None
-        return (NAME, request.count, request.priority)
+        if request.count < 2:
+            return (NAME, request.count, request.priority)
+        ladder = self._epoch() if self._topology_first and self._wt else -1
+        return (NAME, request.count, request.priority, request.rule, request.required, ladder)
 
     def _sign_read(self, read: PodRequest) -> Hashable | None:
         """Shared pods: every field Filter and Score read (the score is the chosen GPUs' and
@@ -656,7 +746,7 @@ class GPUFit(
                 return self._filter_plan(state, self._plan(read, cls), node_info)
             if read.mode != "whole":
                 return self._filter_plan(state, self._plan(read), node_info)
-            request, status = self._parse(pod)
+            request, status = self._parse_whole(pod, read)
             if request is None:
                 return SUCCESS if status.is_skip else status
         n = request.count
@@ -679,14 +769,22 @@ class GPUFit(
             choices = GPUChoices()
             state.write(GPU_CHOICES, choices)
         name = node_info.name
+        rule = request.rule
         last = self._last.get(name)
-        if last is not None and last[0] == node_info.generation and last[1] == n:
-            choice = last[2]
+        if (
+            last is not None
+            and last[0] == node_info.generation
+            and last[1] == n
+            and last[2] == rule
+        ):
+            choice = last[3]
         else:
-            choice = self._choose(node_info, n)
+            choice = self._choose(node_info, n, rule)
             if len(self._last) >= _NODES_MAX:
                 self._last.clear()
-            self._last[name] = (node_info.generation, n, choice)
+            self._last[name] = (node_info.generation, n, rule, choice)
+        if request.required and not choice.meets:
+            return self._rule_refusal(node_info, n, rule)
         choices[name] = choice
         return SUCCESS
 
@@ -988,10 +1086,41 @@ class GPUFit(
         else:
             assert request is not None
             why = never_fits(request.count, nodes)
+            if why is None and request.required:
+                why = self._never_meets(request, nodes)
         return None, Status.unschedulable(*([why] if why else []), plugin=NAME)
 
-    def _choose(self, node_info: NodeInfo, n: int) -> GPUChoice:
-        """The best ``n`` free GPUs of the node (module docstring). The node has them."""
+    def _never_meets(self, request: GPURequest, nodes: Sequence[NodeInfo]) -> str | None:
+        """Why no node of ``nodes`` could meet the pod's required rule even with every GPU
+        free (one sentence, no final period), or ``None`` when some node could. O(nodes)
+        (the offers are memoised per layout); only for pods that fit nowhere."""
+        n, rule = request.count, request.rule
+        best: float | None = None
+        for info in nodes:
+            inventory = info.ledger.inventory
+            if info.error is not None or inventory is None:
+                continue
+            whole = [d.index for d in info.ledger.devices if not d.mig_enabled]
+            offer = self._offer(self._topology(info.name, inventory), whole, n, rule.contiguous)
+            if _offer_meets(offer, rule):
+                return None
+            if offer is not None and (best is None or offer > best):
+                best = offer
+        fix = (
+            f"lower {MIN_BANDWIDTH_GBPS}"
+            if rule.min_gbps and best is not None
+            else f"remove {CONTIGUOUS}"
+        )
+        return (
+            f"The pod needs {_rule_text(n, rule)}, and no node it can run on could give that "
+            f"even with every GPU free: {_offer_text(best, rule, f'set of {n} on any of them')}; "
+            f'{fix}, or write {TOPOLOGY}: "Preferred" to take the best set there is'
+        )
+
+    def _choose(self, node_info: NodeInfo, n: int, rule: SetRule = NO_RULE) -> GPUChoice:
+        """The best ``n`` free GPUs of the node (module docstring) that meet ``rule``; when
+        none do, the best ``n`` with ``meets`` false (a node without an inventory meets a
+        rule only for one GPU: its links are unknown). The node has ``n`` free GPUs."""
         ledger = node_info.ledger
         devices = ledger.devices
         free: list[int] = []
@@ -1004,10 +1133,19 @@ class GPUFit(
                     free.append(device.index)
                     mask |= 1 << device.index
         inventory = ledger.inventory
+        meets = True
+        links = 0
         if inventory is None:
             ids, score = tuple(free[:n]), 0
+            meets = n < 2 or not rule
         else:
-            ids, score = self._topology(node_info.name, inventory).choose(free, n, mask=mask)
+            topology = self._topology(node_info.name, inventory)
+            found = topology.choose_meeting(free, n, rule, mask=mask) if rule else None
+            if found is None:
+                found = topology.choose(free, n, mask=mask)
+                meets = not rule
+            ids, score = found
+            links = matrix_set_score(topology.link_scores, ids)
         chosen = [devices[i] for i in ids]
         uuids = tuple(d.uuid or "" for d in chosen)
         return GPUChoice(
@@ -1017,7 +1155,126 @@ class GPUFit(
             topology_score=score,
             free_after=len(free) - n,
             whole_gpus=whole,
+            meets=meets,
+            link_score=links,
         )
+
+    def _rule_refusal(self, node_info: NodeInfo, n: int, rule: SetRule) -> Status:
+        """Why the node has no ``n`` free GPUs that meet a required ``rule``: the best its free
+        GPUs offer (Unschedulable), or, when even all its GPUs free would not do, what they
+        would offer (UnschedulableAndUnresolvable). One Status per distinct text, so nodes in
+        the same state aggregate in the scheduler's summary. O(C(GPUs, n) x n²), memoised
+        per layout, free set and ``n``."""
+        need = _rule_text(n, rule)
+        ledger = node_info.ledger
+        inventory = ledger.inventory
+        if inventory is None:
+            text = (
+                f"node(s) could not give {need}: they publish no GPUNodeInventory, so the "
+                "links between their GPUs are unknown"
+            )
+            return self._status(text, True)
+        topology = self._topology(node_info.name, inventory)
+        whole = [d.index for d in ledger.devices if not d.mig_enabled]
+        free = [d.index for d in ledger.devices if not d.mig_enabled and d.free]
+        idle = self._offer(topology, whole, n, rule.contiguous)
+        if not _offer_meets(idle, rule):
+            return self._status(
+                f"node(s) could not give {need} even with every GPU free: "
+                f"{_offer_text(idle, rule, 'set of their GPUs')}",
+                True,
+            )
+        now = self._offer(topology, free, n, rule.contiguous)
+        return self._status(
+            f"node(s) could not give {need}: {_offer_text(now, rule, 'free set')}", False
+        )
+
+    def _status(self, text: str, unresolvable: bool) -> Status:
+        key = (text, unresolvable)
+        status = self._rule_status.get(key)
+        if status is None:
+            if len(self._rule_status) >= _NODES_MAX:
+                self._rule_status.clear()
+            make = Status.unresolvable if unresolvable else Status.unschedulable
+            status = self._rule_status[key] = make(text, plugin=NAME)
+        return status
+
+    def _offer(
+        self, topology: GPUTopology, gpus: list[int], n: int, contiguous: bool
+    ) -> float | None:
+        """:meth:`GPUTopology.offer`, memoised by layout, GPU set, ``n`` and contiguity;
+        ``None`` also when fewer than ``n`` GPUs are given."""
+        if len(gpus) < n:
+            return None
+        mask = 0
+        for gpu in gpus:
+            mask |= 1 << gpu
+        key = (id(topology), mask, n, SetRule(contiguous=contiguous))
+        if key in self._offers:
+            return self._offers[key]
+        if len(self._offers) >= _NODES_MAX:
+            self._offers.clear()
+        found = self._offers[key] = topology.offer(gpus, n, contiguous)
+        return found
+
+    def _epoch(self) -> int:
+        """How many layouts the ladder is built from (it only ever grows): its version."""
+        return self._known
+
+    def _learn_layouts(self, pod: Pod) -> None:
+        """Bring the ladder up to date, once per pod (PreFilter of a multi-GPU pod, before
+        SignPod reads :meth:`_epoch`): the layouts of the nodes in the cycle's snapshot that
+        changed since the last look (all of them when nodes joined or left), plus those
+        Filter met since. Never during a pod's evaluation, so every node of a cycle (and of a
+        full cycle run again for the same pod object, as the exactness tests do) is ranked
+        on one ladder. O(nodes changed) (O(nodes) when the membership changed)."""
+        if pod is self._ladder_pod:
+            return
+        self._ladder_pod = pod
+        lister: object = None
+        if self._handle is not None:
+            try:
+                lister = self._handle.node_lister
+            except RuntimeError:  # a framework built without a scheduler (tests)
+                lister = None
+        if isinstance(lister, Snapshot):
+            if lister.membership != self._seen[0]:
+                infos = lister.node_infos()
+            else:
+                infos = lister.changed_since(self._seen[1])
+            for info in infos:
+                inventory = info.ledger.inventory
+                if inventory is not None and info.error is None:
+                    self._topology(info.name, inventory)
+            self._seen = (lister.membership, lister.generation)
+        self._known = len(self._layouts)
+
+    def _ladder(self, n: int) -> tuple[dict[int, int], tuple[int, ...]]:
+        """Every set quality (:func:`~gpusched.topology.set_quality`) ``n`` GPUs of a known
+        layout can have, and 0, ascending, with each one's rank: topologyFirst's tiers. Rebuilt
+        when a layout is first seen: O(layouts x C(GPUs, n) x n²) (a layout with more than
+        ``maxCombinations`` sets of ``n`` adds its greedy best only), else O(1)."""
+        known = self._epoch()
+        entry = self._ladders.get(n)
+        if entry is None or entry[0] != known:
+            qualities = {0}
+            for topology in islice(self._layouts.values(), known):
+                count = topology.gpu_count
+                if n > count:
+                    continue
+                links = topology.link_scores
+                if comb(count, n) <= topology.max_combinations:
+                    qualities.update(
+                        set_quality(matrix_set_score(links, ids), n)
+                        for ids in combinations(range(count), n)
+                    )
+                else:
+                    best = topology.choose(range(count), n)[0]
+                    qualities.add(set_quality(matrix_set_score(links, best), n))
+            ordered = tuple(sorted(qualities))
+            entry = (known, {q: i for i, q in enumerate(ordered)}, ordered)
+            self._ladders[n] = entry
+        return entry[1], entry[2]
 
     def _topology(self, node_name: str, inventory: GPUNodeInventory) -> GPUTopology:
         """The node's topology, built once per inventory object (shared by identical nodes)."""
@@ -1061,12 +1318,39 @@ class GPUFit(
         used = whole - choice.free_after
         wt, wp = self._wt, self._wp
         n = len(choice.gpu_ids)
+        if n >= 2 and self._topology_first and wt:
+            request = state.get(_REQUEST)
+            preferred = request is not None and bool(request.rule) and not request.required
+            return self._tiered(choice, n, preferred), SUCCESS
         if n >= 2 and wt:
             # Topology on a fixed scale (set_quality), so the score is the node's alone.
             quality = set_quality(choice.topology_score, n)
             numerator = wt * quality * whole + wp * MAX_NODE_SCORE * used
             return numerator // ((wt + wp) * whole), SUCCESS
         return (MAX_NODE_SCORE * used // whole if wp else 0), SUCCESS
+
+    def _tiered(self, choice: GPUChoice, n: int, preferred: bool) -> int:
+        """topologyFirst's score of a whole-GPU set of ``n >= 2``: ``tier x per + pack``.
+
+        ``tier`` is the rank of the set's quality in the ladder of qualities ``n`` GPUs can
+        have on the layouts known (:meth:`_ladder`; with a preferred rule, sets that meet it
+        rank above all that do not: twice the tiers); ``per = 101 // tiers`` points per
+        tier; ``pack`` (0..per-1) is best fit: ``per - 1`` minus the node's GPUs left free
+        after the pod (capped). A better tier always outscores a worse one, whatever the
+        packing. O(1) (the ladder is rebuilt only when a layout is first seen)."""
+        ranks, ordered = self._ladder(n)
+        quality = set_quality(choice.link_score, n)
+        rank = ranks.get(quality)
+        if rank is None:  # a greedy layout's set below its best: the tier under it
+            rank = max(bisect_right(ordered, quality) - 1, 0)
+        tiers = len(ordered)
+        if preferred:
+            rank += tiers if choice.meets else 0
+            tiers *= 2
+        per = (MAX_NODE_SCORE + 1) // tiers
+        if per == 0:  # more tiers than scores: quality alone
+            return rank * MAX_NODE_SCORE // (tiers - 1)
+        return rank * per + per - 1 - min(choice.free_after, per - 1)
 
     # -- Reserve -----------------------------------------------------------------------------
 
@@ -1293,6 +1577,32 @@ def _could_hold(device: Any, mib: int, swap: bool) -> bool:
 def _idle_if_healthy(ledger: NodeLedger) -> int:
     """GPUs with MIG off and no holder, healthy or not. O(GPUs)."""
     return sum(1 for d in ledger.devices if not d.mig_enabled and not d.holders)
+
+
+def _rule_text(n: int, rule: SetRule) -> str:
+    """``"4 GPUs joined at >= 600 GB/s"``: what a rule asks of ``n`` GPUs, in words."""
+    parts = []
+    if rule.contiguous:
+        parts.append("connected by NVLink among themselves")
+    if rule.min_gbps:
+        parts.append(f"joined at >= {rule.min_gbps:g} GB/s")
+    return f"{n} GPUs {' and '.join(parts)}"
+
+
+def _offer_meets(offer: float | None, rule: SetRule) -> bool:
+    """Whether a best bottleneck of ``offer`` (``None``: no set, or no contiguous one) meets
+    ``rule``."""
+    return offer is not None and offer >= rule.min_gbps
+
+
+def _offer_text(offer: float | None, rule: SetRule, where: str) -> str:
+    """``"the best free set here offers 300 GB/s"``: what the node has against ``rule``."""
+    if offer is None:
+        if rule.contiguous:
+            return f"no {where} is connected by NVLink among themselves"
+        return f"no {where} has enough GPUs"
+    kind = "connected " if rule.contiguous else ""
+    return f"the best {kind}{where} offers {offer:g} GB/s"
 
 
 def _whole_gpus(ledger: NodeLedger) -> int:

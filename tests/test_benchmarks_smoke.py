@@ -103,3 +103,68 @@ def test_stream_is_reproducible_and_mixed() -> None:
     kinds = Counter(kind for kind, _ in a)
     assert set(kinds) == {"shared", "exclusive", "whole", "mig"}
     assert kinds["shared"] > kinds["whole"] > kinds["exclusive"]
+
+
+# -- benchmarks/topology.py ------------------------------------------------------------------
+
+TOPOLOGY_BENCH = BENCH.parent / "topology.py"
+
+
+@pytest.fixture(scope="module")
+def topology_figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    spec = importlib.util.spec_from_file_location("topology_bench", TOPOLOGY_BENCH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path_factory.mktemp("topology") / "out.json"
+    argv = ["--nodes", "12", "--pods", "20", "--warmup", "4", "--sampled-pods", "10"]
+    argv += ["--trace-nodes", "6", "--trace-pods", "120", "--json", str(out)]
+    module.main(argv)
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def test_topology_bench_measures_every_profile_and_policy(
+    topology_figures: dict[str, Any],
+) -> None:
+    assert [r["profile"] for r in topology_figures["throughput"]] == [
+        "batched",
+        "sampled",
+        "1-GPU batched",
+    ]
+    for row in topology_figures["throughput"]:
+        assert row["pods_per_s"] > 0
+        assert row["pods_unplaced"] == 0  # the stream is capped to fit
+    rows = topology_figures["fragmentation"]
+    assert [r["policy"] for r in rows] == ["gpusched", "gpusched-weighed", "first-fit", "random"]
+    for row in rows:
+        assert row["pods_placed"] + row["pods_unplaced"] == 120
+        assert row["can_take_2"] >= row["can_take_4"] >= row["can_take_8"] >= 0
+        assert 0 <= row["mean_set_quality"] <= 100
+    assert rows[0]["worse_than_best_offered"] == 0  # topology first: never a worse set
+    assert {"multi_gpu_pods_per_s", "inmem_target_met"} <= set(topology_figures["goals"])
+
+
+# -- benchmarks/gangs.py ---------------------------------------------------------------------
+
+GANGS = Path(__file__).resolve().parent.parent / "benchmarks" / "gangs.py"
+
+
+def test_gangs_benchmark_binds_each_gang_whole(tmp_path: Path) -> None:
+    """A tiny run of benchmarks/gangs.py: every member bound, the fields the README reads."""
+    spec = importlib.util.spec_from_file_location("gangs_bench", GANGS)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "gangs.json"
+    module.main(["--nodes", "4", "--cases", "4x1,2x8", "--timeout", "60", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert [(c["members"], c["gpus_per_member"]) for c in result["cases"]] == [(4, 1), (2, 8)]
+    for case in result["cases"]:
+        assert case["complete"]
+        assert case["bound"] == case["members"]
+        assert case["double_booked_gpus"] == 0
+        for field in ("bind_s", "total_s", "api_writes_per_pod", "lease_binding_writes_per_pod"):
+            assert isinstance(case[field], float)

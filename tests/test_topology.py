@@ -130,7 +130,8 @@ def test_link_is_frozen_and_defaults_to_pcie_sys() -> None:
 
 
 def test_all_is_complete() -> None:
-    public = {name for name in vars(topology) if not name.startswith("_")} - {"graph", "selection"}
+    modules = {"graph", "selection", "bandwidth"}
+    public = {name for name in vars(topology) if not name.startswith("_")} - modules
     assert set(topology.__all__) == public
     for name in topology.__all__:
         assert hasattr(topology, name)

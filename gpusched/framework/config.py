@@ -626,13 +626,15 @@ def default_plugins() -> Plugins:
         PreferredNode      weight 10 preScore, score
         DefaultBinder                bind
         SchedulingGates              preEnqueue
+        Coscheduling                 preEnqueue, reserve, permit, preBind (gangs)
 
     NominatedReservation keeps a node's GPUs for the higher-priority pod preemption nominated
     to it; DefaultPreemption (after GPUFit's PostFilter, which only explains) evicts
     lower-priority pods for a pod that fits nowhere (docs/preemption.md).
     PreferredNode honours the pod's ``gpusched.io/preferred-node`` (a modifier of the pod
     API, so on by default; weighted to win while the pod fits there); it skips every other
-    pod at PreScore and signs, so batching is unaffected. The other score strategies
+    pod at PreScore and signs, so batching is unaffected. Coscheduling reads the gang forms
+    (docs/gangs.md); a pod without a group costs it a few label reads. The other score strategies
     (docs/strategies.md) are opt-in.
     """
     return Plugins(
@@ -650,6 +652,7 @@ def default_plugins() -> Plugins:
                 PluginRef(name="PreferredNode", weight=10),
                 PluginRef(name="DefaultBinder"),
                 PluginRef(name="SchedulingGates"),
+                PluginRef(name="Coscheduling"),
             ]
         )
     )

@@ -37,7 +37,7 @@ from __future__ import annotations
 import abc
 import enum
 import inspect
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, Self, TypeAlias
 
@@ -367,6 +367,13 @@ class Handle(Protocol):
         """The key of the pod group (gang) the pod belongs to, from the profile's
         :class:`PodGroupPlugin` (``None``: no group, or no such plugin). Cheap: a label or
         annotation read. Preemption uses it to treat a running gang as one victim."""
+        ...
+
+    def activate(self, uids: Iterable[str]) -> None:
+        """Move these pending pods to the active queue now, through PreEnqueue again
+        (upstream's ``Activate``): a gang's members once the last one is created, or its
+        object appears. Pods not queued are left; a framework without a scheduler ignores it.
+        O(log n) each."""
         ...
 
 

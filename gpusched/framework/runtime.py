@@ -374,6 +374,7 @@ class Framework:
         events: EventRecorder | None = None,
         origin: ConfigOrigin | None = None,
         gpu_classes: Mapping[str, GPUClass] | None = None,
+        activate: Callable[[Iterable[str]], object] | None = None,
     ) -> None:
         """Build the framework; ``ConfigError`` (naming ``source``, or ``origin``'s file, with
         field paths under ``path`` and lines from ``origin``) for unknown plugins, bad args,
@@ -385,6 +386,7 @@ class Framework:
         self._kube = kube
         self._node_lister = node_lister
         self._events = events
+        self._activate = activate
         self._clock: Clock = clock if clock is not None else RealClock()
         self._observer = observer
         self._origin = origin
@@ -760,6 +762,10 @@ class Framework:
         """The waiting pods (a snapshot: allowing or rejecting while iterating is fine)."""
         return iter(list(self._waiting.values()))
 
+    def activate(self, uids: Iterable[str]) -> None:
+        if self._activate is not None:
+            self._activate(uids)
+
     def reject_waiting_pod(self, uid: str, plugin: str, message: str) -> bool:
         """Reject a waiting pod (it was deleted, say); False if no such pod is waiting."""
         waiting = self._waiting.get(uid)
@@ -1128,6 +1134,7 @@ def build_frameworks(
     node_lister: NodeLister | None = None,
     events: EventRecorder | None = None,
     gpu_classes: Mapping[str, GPUClass] | None = None,
+    activate: Callable[[Iterable[str]], object] | None = None,
 ) -> dict[str, Framework]:
     """One ``Framework`` per profile, by scheduler name (upstream's ``profile.NewMap``).
 
@@ -1154,6 +1161,7 @@ def build_frameworks(
             events=events,
             origin=origin,
             gpu_classes=gpu_classes,
+            activate=activate,
         )
         sort_name = fw.list_plugins()["queueSort"][0]
         if first_sort is None:

@@ -75,6 +75,7 @@ __all__ = [
 ]
 
 Mode = Literal["whole", "shared", "mig"]
+TopologyMode = Literal["Required", "Preferred"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,13 @@ class GPURequest:
     """MIG: profiles accepted instead, in order of preference (``gpusched.io/mig-fallback``)."""
     priority: int = 0
     """0 (highest) .. 4."""
+    topology: TopologyMode = "Preferred"
+    """``Required``: a set that misses ``min_bandwidth_gbps`` or ``contiguous`` is never
+    given; ``Preferred``: such a set ranks below every set that meets them (whole GPUs)."""
+    min_bandwidth_gbps: float | None = None
+    """Whole GPUs: GB/s (both directions) the slowest pair of the set must move."""
+    contiguous: bool = False
+    """Whole GPUs: the set is connected over the NVLinks among its GPUs."""
     source: str = "gpusched"
     """The form it was read from: gpusched, nvidia, hami, kai or woolyai."""
 
@@ -139,12 +147,31 @@ _WHAT: Final = {
     "mig_profile": "MIG profiles",
     "mig_fallbacks": "MIG fallbacks",
     "priority": "priorities",
+    "topology": "topology modes",
+    "min_bandwidth_gbps": "bandwidth floors",
+    "contiguous": "contiguity",
 }
 _KIND: Final = {"whole": "whole GPUs", "shared": "shared GPUs", "mig": "MIG devices"}
-_DEFAULTS: Final = {"exclusive": False, "swap_from_vram": False, "priority": 0}
+_DEFAULTS: Final = {
+    "exclusive": False,
+    "swap_from_vram": False,
+    "priority": 0,
+    "topology": "Preferred",
+    "contiguous": False,
+}
 _ALTERNATIVE: Final = {"vram_mib": "vram_fraction", "vram_fraction": "vram_mib"}
 """A default of one of these is not applied when the pod states the other."""
-_NEEDS_GPU: Final = ("vram_mib", "vram_fraction", "cores_percent", "gpu_ids", "mig_fallbacks")
+_NEEDS_GPU: Final = (
+    "vram_mib",
+    "vram_fraction",
+    "cores_percent",
+    "gpu_ids",
+    "mig_fallbacks",
+    "topology",
+    "min_bandwidth_gbps",
+    "contiguous",
+)
+_TOPOLOGY_OPTIONS: Final = ("min_bandwidth_gbps", "contiguous")
 
 
 def _merge(partials: list[Partial]) -> dict[str, Given]:
@@ -470,11 +497,30 @@ def _check(values: dict[str, Any], merged: dict[str, Given], source: str) -> Non
                 f"{_origin(merged, 'gpu_ids')} names GPUs, but MIG devices are placed by "
                 "profile; remove it"
             )
+    _check_topology(values, merged, mode)
     ids = values.get("gpu_ids")
     if ids is not None and len(ids) != values["count"]:
         raise RequestError(
             f"{_origin(merged, 'gpu_ids')} lists {len(ids)} GPU(s) but the pod asks for "
             f"{values['count']}; list one index per GPU"
+        )
+
+
+def _check_topology(values: dict[str, Any], merged: dict[str, Given], mode: str) -> None:
+    """Topology options are for whole GPUs, and ``Required`` needs something to require."""
+    stated = [n for n in ("topology", *_TOPOLOGY_OPTIONS) if n in merged]
+    if stated and mode != "whole":
+        raise RequestError(
+            f"{merged[stated[0]].origin} applies to whole GPUs (nvidia.com/gpu), but "
+            f"{_origin(merged, 'mode')} asks for {_KIND[mode]}; remove it"
+        )
+    if values.get("topology") == "Required" and not (
+        values.get("min_bandwidth_gbps") or values.get("contiguous")
+    ):
+        raise RequestError(
+            f"{_origin(merged, 'topology')} requires nothing by itself; add "
+            f'{native.MIN_BANDWIDTH_GBPS}: "600" (GB/s between any two of the GPUs) or '
+            f'{native.CONTIGUOUS}: "true", or remove it'
         )
 
 

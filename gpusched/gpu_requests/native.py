@@ -14,6 +14,9 @@ Annotations (they also modify ``nvidia.com/gpu``, MIG and the foreign forms)::
     gpusched.io/gpu-ids-request   "0,2": these device indices, one per GPU asked
     gpusched.io/preferred-node    a node name, preferred (not required)
     gpusched.io/mig-fallback      "1g.10gb,1g.5gb": MIG profiles to accept instead, in order
+    gpusched.io/topology          "Required" | "Preferred" (default): how the two below bind
+    gpusched.io/min-bandwidth-gbps  "600": GB/s (both directions) between any two of its GPUs
+    gpusched.io/contiguous        "true": its GPUs connected over the NVLinks among them
 
 One pass over the annotations and the containers: O(containers + annotations).
 """
@@ -23,9 +26,12 @@ from __future__ import annotations
 from typing import Final
 
 from gpusched.annotations import (
+    CONTIGUOUS,
+    MIN_BANDWIDTH_GBPS,
     PREFIX,
     PRIORITY,
     PRIORITY_LEVELS,
+    TOPOLOGY,
     AnnotationError,
     parse_priority,
 )
@@ -42,19 +48,25 @@ from ._common import (
 
 __all__ = [
     "ANNOTATIONS",
+    "CONTIGUOUS",
     "EXCLUSIVE",
     "GPU_CLASS",
     "GPU_IDS_REQUEST",
     "MIG_FALLBACK",
+    "MIN_BANDWIDTH_GBPS",
     "PREFERRED_NODE",
     "RESOURCES",
     "RESOURCE_SHARED_GPU",
     "RESOURCE_VRAM",
     "SOURCE",
     "SWAP_FROM_VRAM",
+    "TOPOLOGY",
+    "TOPOLOGY_MODES",
+    "parse_bandwidth",
     "parse_fallbacks",
     "parse_gpu_ids",
     "parse_priority_text",
+    "parse_topology_mode",
     "read",
 ]
 
@@ -70,7 +82,18 @@ MIG_FALLBACK: Final = PREFIX + "mig-fallback"
 RESOURCES: Final = frozenset({RESOURCE_SHARED_GPU, RESOURCE_VRAM})
 """The container resources this form reads (the package's fast path skips pods without any)."""
 ANNOTATIONS: Final = frozenset(
-    {PRIORITY, EXCLUSIVE, SWAP_FROM_VRAM, GPU_CLASS, GPU_IDS_REQUEST, PREFERRED_NODE, MIG_FALLBACK}
+    {
+        PRIORITY,
+        EXCLUSIVE,
+        SWAP_FROM_VRAM,
+        GPU_CLASS,
+        GPU_IDS_REQUEST,
+        PREFERRED_NODE,
+        MIG_FALLBACK,
+        TOPOLOGY,
+        MIN_BANDWIDTH_GBPS,
+        CONTIGUOUS,
+    }
 )
 """The annotations this form reads."""
 
@@ -87,6 +110,42 @@ def parse_priority_text(text: str) -> int:
         return parse_priority({"metadata": {"annotations": {PRIORITY: text}}})
     except AnnotationError as exc:
         raise RequestError(str(exc)) from None
+
+
+TOPOLOGY_MODES: Final = ("Required", "Preferred")
+"""``gpusched.io/topology`` values, as the GpuClaim's ``topology.mode`` spells them."""
+_MAX_GBPS: Final = 100_000
+
+
+def parse_topology_mode(name: str, text: str) -> str:
+    """``"Required"`` or ``"Preferred"``, spelled exactly so (Kubernetes enums are
+    case-sensitive); a wrong case names the right spelling."""
+    value = text.strip()
+    if value in TOPOLOGY_MODES:
+        return value
+    near = next((m for m in TOPOLOGY_MODES if m.lower() == value.lower()), None)
+    hint = f'; write "{near}"' if near else ""
+    raise RequestError(f'{name}: "{text}" must be "Required" or "Preferred"{hint}')
+
+
+def parse_bandwidth(name: str, text: str) -> float:
+    """A positive number of GB/s, digits with at most one decimal point (``"600"``,
+    ``"112.5"``), at most 100000; no unit (it is in the annotation's name)."""
+    value = text.strip()
+    whole, dot, fraction = value.partition(".")
+    ok = (
+        whole.isdigit()
+        and whole.isascii()
+        and (not dot or (fraction.isdigit() and fraction.isascii()))
+    )
+    gbps = float(value) if ok else 0.0
+    if not ok or not 0 < gbps <= _MAX_GBPS:
+        raise RequestError(
+            f'{name}: "{text}" must be a positive number of GB/s (both directions, as NVIDIA '
+            f'quotes NVLink), without a unit, at most {_MAX_GBPS}: e.g. "600" (an H100 pair on '
+            "NVSwitch moves 900, a V100 NV2 pair 100)"
+        )
+    return gbps
 
 
 def parse_gpu_ids(name: str, text: str) -> tuple[int, ...]:
@@ -147,5 +206,13 @@ def read(pod: PodView) -> Partial | None:
     if (text := ann(MIG_FALLBACK)) is not None:
         fallbacks = parse_fallbacks(MIG_FALLBACK, text)
         out.give("mig_fallbacks", fallbacks, f'{MIG_FALLBACK}: "{text}"')
+    if (text := ann(TOPOLOGY)) is not None:
+        mode = parse_topology_mode(TOPOLOGY, text)
+        out.give("topology", mode, f'{TOPOLOGY}: "{text}"')
+    if (text := ann(MIN_BANDWIDTH_GBPS)) is not None:
+        gbps = parse_bandwidth(MIN_BANDWIDTH_GBPS, text)
+        out.give("min_bandwidth_gbps", gbps, f'{MIN_BANDWIDTH_GBPS}: "{text}"')
+    if (text := ann(CONTIGUOUS)) is not None:
+        out.give("contiguous", parse_bool(CONTIGUOUS, text), f'{CONTIGUOUS}: "{text}"')
     out.defaults["swap_from_vram"] = False
     return out if out.values else None

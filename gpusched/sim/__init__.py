@@ -5,6 +5,8 @@
   label/field selectors, each following its upstream counterpart;
 - ``field``, ``errors``  apimachinery's field errors and the Status of every failure;
 - ``admission``  admission webhooks (Mutating/ValidatingWebhookConfiguration) the server calls;
+- ``quota``, ``scheduling``, ``policy``  ResourceQuota; PriorityClass and the gang objects;
+  PodDisruptionBudgets, their controller and the eviction subresource;
 - ``faults``  injected errors, latency and cut watch streams;
 - ``kubelet``  simulated kubelets (an API client, usable against real clusters too);
 - ``fleet``  GPU fleet specs and their nodes and inventories;

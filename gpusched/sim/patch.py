@@ -654,6 +654,11 @@ def _build_strategies() -> dict[tuple[str, str], tuple[str, str]]:
         "ConfigMap": {},
         "Secret": {},
         "CustomResourceDefinition": {},
+        "PriorityClass": {},
+        "PodDisruptionBudget": {"status.conditions": ("merge", "type")},
+        # scheduling.k8s.io/v1alpha2 (custom resources of the same kind never get here).
+        "Workload": {},
+        "PodGroup": {"status.conditions": ("merge", "type")},
         # admissionregistration/v1: webhooks merge by name.
         "MutatingWebhookConfiguration": {"webhooks": ("merge", "name")},
         "ValidatingWebhookConfiguration": {"webhooks": ("merge", "name")},

@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any, Final
 from gpusched.sim import errors, field, kinds
 from gpusched.sim.apimachinery import is_qualified_name, is_valid_label_value
 from gpusched.sim.field import FieldError
-from gpusched.sim.scheduling import validate_conditions
 from gpusched.sim.selectors import SelectorError, label_selector_from_object
 from gpusched.sim.store import Entry, Store
 
@@ -217,6 +216,57 @@ def _validate_spec(spec: Mapping[str, Any]) -> list[FieldError]:
                 "spec.unhealthyPodEvictionPolicy", policy, list(_UNHEALTHY_POLICIES)
             )
         )
+    return errs
+
+
+# =============================================================================================
+# metav1.Condition lists (apimachinery/pkg/apis/meta/v1/validation ValidateConditions)
+# =============================================================================================
+
+_REASON_RE: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+_REASON_MSG: Final = (
+    "a condition reason must start with alphabetic character, optionally followed by a string "
+    "of alphanumeric characters or '_,:', and must end with an alphanumeric character or '_' "
+    "(e.g. 'my_name',  or 'MY_NAME',  or 'MyName',  or 'ReasonA,ReasonB',  or "
+    "'ReasonA:ReasonB', regex used for validation is "
+    "'[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?')"
+)
+
+
+def validate_conditions(conditions: Any, path: str) -> list[FieldError]:
+    """``ValidateConditions``: unique types, then ``ValidateCondition`` for each."""
+    errs: list[FieldError] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(kinds._list(conditions)):
+        c = kinds._map(raw)
+        p = f"{path}[{i}]"
+        ctype = kinds._str(c.get("type"))
+        if ctype in seen:
+            errs.append(field.duplicate(f"{p}.type", ctype))
+        seen.add(ctype)
+        errs.extend(field.invalid(f"{p}.type", ctype, m) for m in is_qualified_name(ctype))
+        status = c.get("status")
+        if status not in ("False", "True", "Unknown"):
+            errs.append(field.not_supported(f"{p}.status", status, ["False", "True", "Unknown"]))
+        gen = c.get("observedGeneration")
+        if isinstance(gen, int) and gen < 0:
+            errs.append(
+                field.invalid(
+                    f"{p}.observedGeneration", gen, "must be greater than or equal to zero"
+                )
+            )
+        if not c.get("lastTransitionTime"):
+            errs.append(field.required(f"{p}.lastTransitionTime", "must be set"))
+        reason = kinds._str(c.get("reason"))
+        if not reason:
+            errs.append(field.required(f"{p}.reason", "must be set"))
+        else:
+            if _REASON_RE.fullmatch(reason) is None:
+                errs.append(field.invalid(f"{p}.reason", reason, _REASON_MSG))
+            if len(reason) > 1024:
+                errs.append(field.too_long(f"{p}.reason", 1024))
+        if len(kinds._str(c.get("message"))) > 32 * 1024:
+            errs.append(field.too_long(f"{p}.message", 32 * 1024))
     return errs
 
 
@@ -789,7 +839,8 @@ def _check_and_decrement(
     if dry_run:
         return
     status["disruptedPods"] = {**kinds._map(status.get("disruptedPods")), pod_name: now}
-    new = {**pdb, "status": status}
+    new = copy.deepcopy(dict(pdb))  # the stored object is never modified in place
+    new["status"] = status
     res = registry.resources[(GROUP, "v1", "poddisruptionbudgets")]
     registry.update(res, namespace, name, new, subresource="status")
 

@@ -536,6 +536,8 @@ class Registry:
             quotalib.check_pod(obj, admission_name, self.quotas.quotas_in(namespace), self._now())
         if res.storage == schedulinglib.PRIORITY_CLASS_STORAGE:
             schedulinglib.admit_priority_class(obj, self.priority_classes, updating=False)
+        if res.storage == schedulinglib.POD_GROUP_STORAGE:
+            schedulinglib.admit_pod_group(obj, self.store)
         existing = storage.get(key)
         if existing is not None:
             deleting = bool(existing.obj["metadata"].get("deletionTimestamp"))
@@ -949,6 +951,16 @@ class Registry:
         ctype = content_type.split(";")[0].strip().lower()
         if ctype == "application/apply-patch+yaml":
             return self._apply(res, namespace, name, body, current, subresource, dry_run, strict)
+        # The handler checks the patch type before it reads the object (415 before 404).
+        strategic_ok = res.schema is None and patchlib.supports_strategic_merge(res.kind)
+        if ctype not in (
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+        ):
+            raise errors.unsupported_media_type(strategic=res.schema is None)
+        if ctype == "application/strategic-merge-patch+json" and not strategic_ok:
+            raise errors.unsupported_media_type(strategic=False)
         if current is None:
             raise errors.not_found(res.group, res.plural, name)
         try:

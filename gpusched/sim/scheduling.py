@@ -17,7 +17,8 @@
   ``minCount >= 1``, 1 to 8 templates with unique names, at most one topology constraint,
   immutable templates, policy and template reference); neither kind has a generation. Pods
   join a PodGroup by ``spec.schedulingGroup.podGroupName`` (validated with the pod, in
-  ``kinds``).
+  ``kinds``). The ``PodGroupWorkloadExists`` admission plugin refuses (403) a PodGroup whose
+  template reference names a missing Workload or template: :func:`admit_pod_group`.
 
 Left out: the 1.36 alpha fields behind other gates (``disruptionMode``, ``priorityClassName``
 and ``priority`` on templates and groups, ``resourceClaims``) are stored as sent but not
@@ -28,13 +29,17 @@ classes, O(classes).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
 from gpusched.sim import errors, field, kinds
-from gpusched.sim.apimachinery import is_dns1123_label, is_dns1123_subdomain, is_qualified_name
+from gpusched.sim.apimachinery import (
+    go_quote,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_qualified_name,
+)
 from gpusched.sim.field import FieldError
 from gpusched.sim.store import Store
 
@@ -47,35 +52,38 @@ __all__ = [
     "PriorityClassStrategy",
     "StoredPriorityClasses",
     "WorkloadStrategy",
+    "admit_pod_group",
     "admit_priority_class",
     "forbid_system_class_delete",
 ]
 
 GROUP: Final = "scheduling.k8s.io"
 PRIORITY_CLASS_STORAGE: Final = "priorityclasses.scheduling.k8s.io"
+POD_GROUP_STORAGE: Final = "podgroups.scheduling.k8s.io"
+WORKLOAD_STORAGE: Final = "workloads.scheduling.k8s.io"
 HIGHEST_USER_DEFINABLE_PRIORITY: Final = 1_000_000_000
 SYSTEM_PREFIX: Final = "system-"
 _POLICIES: Final = ("Never", "PreemptLowerPriority")
 
-SYSTEM_PRIORITY_CLASSES: Final[tuple[dict[str, Any], ...]] = (
-    # pkg/apis/scheduling/types.go systemPriorityClasses, as the bootstrap hook writes them.
+_SYSTEM_DESCRIPTIONS: Final = {
+    # pkg/apis/scheduling/types.go systemPriorityClasses (values: kinds, which admits pods
+    # against them when it has no store).
+    "system-node-critical": "Used for system critical pods that must not be moved from their "
+    "current node.",
+    "system-cluster-critical": "Used for system critical pods that must run in the cluster, but "
+    "can be moved to another node if necessary.",
+}
+SYSTEM_PRIORITY_CLASSES: Final[tuple[dict[str, Any], ...]] = tuple(
     {
         "apiVersion": "scheduling.k8s.io/v1",
         "kind": "PriorityClass",
-        "metadata": {"name": "system-node-critical"},
-        "value": 2 * HIGHEST_USER_DEFINABLE_PRIORITY + 1000,
-        "description": "Used for system critical pods that must not be moved from their current "
-        "node.",
-    },
-    {
-        "apiVersion": "scheduling.k8s.io/v1",
-        "kind": "PriorityClass",
-        "metadata": {"name": "system-cluster-critical"},
-        "value": 2 * HIGHEST_USER_DEFINABLE_PRIORITY,
-        "description": "Used for system critical pods that must run in the cluster, but can be "
-        "moved to another node if necessary.",
-    },
+        "metadata": {"name": name},
+        "value": value,
+        "description": _SYSTEM_DESCRIPTIONS[name],
+    }
+    for name, value in kinds._SYSTEM_PRIORITY_CLASSES.items()
 )
+"""The classes the apiserver's bootstrap hook creates."""
 _SYSTEM_VALUES: Final = {c["metadata"]["name"]: c["value"] for c in SYSTEM_PRIORITY_CLASSES}
 
 
@@ -352,21 +360,27 @@ def _validate_constraints(constraints: Any, path: str) -> list[FieldError]:
     return [field.invalid(kp, key, m) for m in is_qualified_name(key)]
 
 
+def _validate_controller_ref(ref: Any) -> list[FieldError]:
+    """``validateControllerRef``."""
+    errs: list[FieldError] = []
+    r = kinds._map(ref)
+    group = kinds._str(r.get("apiGroup"))
+    if group:
+        errs.extend(
+            field.invalid("spec.controllerRef.apiGroup", group, m)
+            for m in is_dns1123_subdomain(group)
+        )
+    for key in ("kind", "name"):
+        value = kinds._str(r.get(key))
+        p = f"spec.controllerRef.{key}"
+        errs.extend([field.required(p)] if not value else _validate_path_segment(value, p))
+    return errs
+
+
 def _validate_workload_spec(spec: Mapping[str, Any]) -> list[FieldError]:
     errs: list[FieldError] = []
-    ref = spec.get("controllerRef")
-    if ref is not None:
-        r = kinds._map(ref)
-        group = kinds._str(r.get("apiGroup"))
-        if group:
-            errs.extend(
-                field.invalid("spec.controllerRef.apiGroup", group, m)
-                for m in is_dns1123_subdomain(group)
-            )
-        for key in ("kind", "name"):
-            value = kinds._str(r.get(key))
-            p = f"spec.controllerRef.{key}"
-            errs.extend([field.required(p)] if not value else _validate_path_segment(value, p))
+    if spec.get("controllerRef") is not None:
+        errs.extend(_validate_controller_ref(spec["controllerRef"]))
     templates = kinds._list(spec.get("podGroupTemplates"))
     path = "spec.podGroupTemplates"
     if not templates:
@@ -422,6 +436,8 @@ class WorkloadStrategy(kinds.Strategy):
         spec, old_spec = kinds._map(new.get("spec")), kinds._map(old.get("spec"))
         if old_spec.get("controllerRef") is not None:
             errs.extend(_immutable(spec, old_spec, "controllerRef", "spec.controllerRef"))
+        elif spec.get("controllerRef") is not None:  # may be set once, later
+            errs.extend(_validate_controller_ref(spec["controllerRef"]))
         errs.extend(_immutable(spec, old_spec, "podGroupTemplates", "spec.podGroupTemplates"))
         return errs
 
@@ -490,52 +506,36 @@ class PodGroupStrategy(kinds.Strategy):
         return kinds._validate_object_meta_update(new, old, kube=False)
 
 
-# =============================================================================================
-# metav1.Condition lists (apimachinery/pkg/apis/meta/v1/validation ValidateConditions)
-# =============================================================================================
+def admit_pod_group(obj: Mapping[str, Any], store: Store) -> None:
+    """The ``PodGroupWorkloadExists`` admission plugin (create): a PodGroup made from a
+    Workload's template needs that Workload, not being deleted, with that template."""
+    ref = kinds._map(kinds._map(kinds._map(obj.get("spec")).get("podGroupTemplateRef")))
+    workload_ref = ref.get("workload")
+    if workload_ref is None:
+        return
+    w = kinds._map(workload_ref)
+    meta = kinds._meta(obj)
+    name = kinds._str(meta.get("generateName")) or kinds._str(meta.get("name"))
+    workload_name = kinds._str(w.get("workloadName"))
+    template = kinds._str(w.get("podGroupTemplateName"))
+    st = store.storages.get(WORKLOAD_STORAGE)
+    entry = None if st is None else st.get(f"{kinds._str(meta.get('namespace'))}/{workload_name}")
 
-_REASON_RE: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
-_REASON_MSG: Final = (
-    "a condition reason must start with alphabetic character, optionally followed by a string "
-    "of alphanumeric characters or '_,:', and must end with an alphanumeric character or '_' "
-    "(e.g. 'my_name',  or 'MY_NAME',  or 'MyName',  or 'ReasonA,ReasonB',  or "
-    "'ReasonA:ReasonB', regex used for validation is "
-    "'[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?')"
-)
+    def refuse(why: str) -> errors.APIError:
+        return errors.forbidden(
+            f"podgroups.scheduling.k8s.io {go_quote(name)} is forbidden: PodGroup rejected: {why}",
+            GROUP,
+            "podgroups",
+            name,
+        )
 
-
-def validate_conditions(conditions: Any, path: str) -> list[FieldError]:
-    """``ValidateConditions``: unique types, then ``ValidateCondition`` for each."""
-    errs: list[FieldError] = []
-    seen: set[str] = set()
-    for i, raw in enumerate(kinds._list(conditions)):
-        c = kinds._map(raw)
-        p = f"{path}[{i}]"
-        ctype = kinds._str(c.get("type"))
-        if ctype in seen:
-            errs.append(field.duplicate(f"{p}.type", ctype))
-        seen.add(ctype)
-        errs.extend(field.invalid(f"{p}.type", ctype, m) for m in is_qualified_name(ctype))
-        status = c.get("status")
-        if status not in ("False", "True", "Unknown"):
-            errs.append(field.not_supported(f"{p}.status", status, ["False", "True", "Unknown"]))
-        gen = c.get("observedGeneration")
-        if isinstance(gen, int) and gen < 0:
-            errs.append(
-                field.invalid(
-                    f"{p}.observedGeneration", gen, "must be greater than or equal to zero"
-                )
-            )
-        if not c.get("lastTransitionTime"):
-            errs.append(field.required(f"{p}.lastTransitionTime", "must be set"))
-        reason = kinds._str(c.get("reason"))
-        if not reason:
-            errs.append(field.required(f"{p}.reason", "must be set"))
-        else:
-            if _REASON_RE.fullmatch(reason) is None:
-                errs.append(field.invalid(f"{p}.reason", reason, _REASON_MSG))
-            if len(reason) > 1024:
-                errs.append(field.too_long(f"{p}.reason", 1024))
-        if len(kinds._str(c.get("message"))) > 32 * 1024:
-            errs.append(field.too_long(f"{p}.message", 32 * 1024))
-    return errs
+    if entry is None:
+        raise refuse(f"Workload {go_quote(workload_name)} not found")
+    workload = entry.obj
+    if kinds._meta(workload).get("deletionTimestamp"):
+        raise refuse(f"Workload {go_quote(workload_name)} is being deleted")
+    templates = kinds._list(kinds._map(workload.get("spec")).get("podGroupTemplates"))
+    if not any(kinds._map(t).get("name") == template for t in templates):
+        raise refuse(
+            f"PodGroupTemplate {go_quote(template)} not found in Workload {go_quote(workload_name)}"
+        )

@@ -31,6 +31,7 @@ EXPECTED = [
     "PreferredNode",
     "DefaultBinder",
     "SchedulingGates",
+    "Coscheduling",
 ]
 OPT_IN = ["GPUCost", "RandomScore", "VRAMHeadroom"]
 """Score strategies a profile enables and weights (docs/strategies.md); PreferredNode, a pod
@@ -45,7 +46,7 @@ def test_every_built_in_plugin_but_the_score_strategies_is_enabled_by_default() 
 def test_the_default_configuration_builds() -> None:
     fw = build_frameworks(default_config(), in_tree())["gpusched"]
     assert fw.list_plugins() == {
-        "preEnqueue": ["PrioritySort", "SchedulingGates"],
+        "preEnqueue": ["PrioritySort", "SchedulingGates", "Coscheduling"],
         "queueSort": ["PrioritySort"],
         "preFilter": ["NodeAffinity", "NodeResourcesFit", "GPUFit"],
         "filter": [
@@ -66,9 +67,9 @@ def test_the_default_configuration_builds() -> None:
             "PreferredNode",
         ],
         "score": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit", "PreferredNode"],
-        "reserve": ["GPUFit"],
-        "permit": [],
-        "preBind": [],
+        "reserve": ["GPUFit", "Coscheduling"],
+        "permit": ["Coscheduling"],
+        "preBind": ["Coscheduling"],
         "bind": ["DefaultBinder"],
         "postBind": [],
     }

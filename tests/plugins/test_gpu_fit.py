@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 from builders import Cluster, NodeBuilder, PodBuilder, make_node, make_pod, run_cycle
 
-from gpusched.annotations import GPU_IDS, PRIORITY, Assignment
+from gpusched.annotations import (
+    CONTIGUOUS,
+    GPU_IDS,
+    MIN_BANDWIDTH_GBPS,
+    PRIORITY,
+    TOPOLOGY,
+    Assignment,
+)
 from gpusched.cache import NodeInfo, pod_requests
 from gpusched.framework import (
     DEVICE_ASSIGNMENT,
@@ -18,6 +25,7 @@ from gpusched.framework import (
     Code,
     CycleState,
     Framework,
+    PluginConfig,
     QueueingHint,
     SignPlugin,
     Status,
@@ -40,7 +48,8 @@ from gpusched.plugins.gpu_fit import (
     GPUFitArgs,
     choice_for,
 )
-from gpusched.topology import build_topology, selection, set_score
+from gpusched.topology import SetRule, build_topology, selection, set_score
+from gpusched.topology.selection import NO_RULE
 
 DGX = "dgx-v100-000"  # the node of Cluster.fleet("dgx-v100", nodes=1)
 
@@ -66,6 +75,27 @@ def choose(
 @pytest.fixture
 def fw() -> Framework:
     return build_frameworks(default_config(), in_tree())["gpusched"]
+
+
+def framework_on(cluster: Cluster, **gpu_fit: Any) -> Framework:
+    """The default profile (GPUFit's args ``gpu_fit``) with the cluster's snapshot as the node
+    lister, as the scheduler builds it: topologyFirst learns the layouts from it."""
+    config = default_config()
+    profile = config.profiles[0].model_copy(
+        update={"plugin_config": [PluginConfig(name=NAME, args=gpu_fit)]}
+    )
+    config = config.model_copy(update={"profiles": [profile]})
+    return build_frameworks(config, in_tree(), node_lister=cluster.snapshot())["gpusched"]
+
+
+def warm(plugin: GPUFit, nodes: list[NodeInfo]) -> None:
+    """Let a GPUFit built without a scheduler meet the nodes' layouts (a scheduler's GPUFit
+    learns them from the snapshot): Filter a 1-GPU pod on each node."""
+    state = CycleState()
+    pod = make_pod("warm-up").gpus(1).obj()
+    plugin.pre_filter(state, pod)
+    for info in nodes:
+        plugin.filter(state, pod, info)
 
 
 # -- the choice on a DGX-1 (hybrid cube-mesh) --------------------------------------------------
@@ -385,10 +415,11 @@ def test_bin_packing_prefers_the_fuller_node(fw: Framework) -> None:
     ],
 )
 def test_score_formula(busy: list[int], expected: int) -> None:
+    """The weighted score (``topologyFirst: false``)."""
     cluster = Cluster.fleet("dgx-v100", nodes=2)
     if busy:
         cluster.bind(make_pod("busy").gpus(len(busy)).on("dgx-v100-001").assigned(busy))
-    plugin = GPUFit()
+    plugin = GPUFit(GPUFitArgs(topology_first=False))
     pod = make_pod().gpus(2).obj()
     state = CycleState()
     plugin.pre_filter(state, pod)
@@ -399,11 +430,12 @@ def test_score_formula(busy: list[int], expected: int) -> None:
     assert plugin.score(state, pod, cluster.node("dgx-v100-001")) == (expected, SUCCESS)
 
 
-def test_topology_beats_packing_across_products(fw: Framework) -> None:
+def test_topology_beats_packing_across_products() -> None:
     # A 4-GPU pod: an NVSwitch H100 node (empty) against a DGX-1 with only a poor quad left.
     cluster = Cluster(
         make_node("v100").dgx1(), make_node("h100").gpus(8, topology="nvswitch")
     ).bind(make_pod("busy").gpus(4).on("v100").assigned([0, 2, 5, 7]))
+    fw = framework_on(cluster)
     result = run_cycle(fw, make_pod().gpus(4).obj(), cluster.nodes())
     assert result.best == "h100"
 
@@ -428,6 +460,7 @@ def test_weights_are_args() -> None:
 
 DEFAULT = GPUFitArgs()
 PACKING_ONLY = GPUFitArgs(topology_weight=0)
+WEIGHED = GPUFitArgs(topology_first=False)
 MIG_ONLY = make_pod().mig("1g.10gb")
 
 SIGNATURES: list[tuple[str, PodBuilder, GPUFitArgs, Hashable | None]] = [
@@ -444,10 +477,32 @@ SIGNATURES: list[tuple[str, PodBuilder, GPUFitArgs, Hashable | None]] = [
     ("one GPU, priority 3", make_pod().gpus(1).priority(3), DEFAULT, (NAME, 1, 3)),
     ("one GPU, packing only", make_pod().gpus(1), PACKING_ONLY, (NAME, 1, 0)),
     # N >= 2: the topology term is on a fixed scale (set_quality), a function of the node.
-    ("two GPUs", make_pod().gpus(2), DEFAULT, (NAME, 2, 0)),
-    ("eight GPUs", make_pod().gpus(8).priority(1), DEFAULT, (NAME, 8, 1)),
-    ("two GPUs, packing only", make_pod().gpus(2), PACKING_ONLY, (NAME, 2, 0)),
-    ("eight GPUs, packing only", make_pod().gpus(8).priority(4), PACKING_ONLY, (NAME, 8, 4)),
+    # N >= 2: the rule, whether it is required, and the ladder's version (topologyFirst;
+    # -1 without): GPUFit has met no layout yet here, so 0.
+    ("two GPUs", make_pod().gpus(2), DEFAULT, (NAME, 2, 0, NO_RULE, False, 0)),
+    ("eight GPUs", make_pod().gpus(8).priority(1), DEFAULT, (NAME, 8, 1, NO_RULE, False, 0)),
+    ("two GPUs, weighed", make_pod().gpus(2), WEIGHED, (NAME, 2, 0, NO_RULE, False, -1)),
+    ("two GPUs, packing only", make_pod().gpus(2), PACKING_ONLY, (NAME, 2, 0, NO_RULE, False, -1)),
+    (
+        "eight GPUs, packing only",
+        make_pod().gpus(8).priority(4),
+        PACKING_ONLY,
+        (NAME, 8, 4, NO_RULE, False, -1),
+    ),
+    (
+        "four GPUs at 600 GB/s, required",
+        make_pod().gpus(4).annotate(TOPOLOGY, "Required").annotate(MIN_BANDWIDTH_GBPS, "600"),
+        DEFAULT,
+        (NAME, 4, 0, SetRule(600.0), True, 0),
+    ),
+    (
+        "four GPUs contiguous, preferred",
+        make_pod().gpus(4).annotate(CONTIGUOUS, "true"),
+        DEFAULT,
+        (NAME, 4, 0, SetRule(contiguous=True), False, 0),
+    ),
+    ("Required alone", make_pod().gpus(4).annotate(TOPOLOGY, "Required"), DEFAULT, None),
+    ("bad bandwidth", make_pod().gpus(4).annotate(MIN_BANDWIDTH_GBPS, "fast"), DEFAULT, None),
     # PreFilter rejects these: the full path gives the pod its message.
     ("bad priority", make_pod().gpus(1).priority("urgent"), PACKING_ONLY, None),
     ("bad priority, no GPUs", make_pod().priority(7), DEFAULT, None),
@@ -525,6 +580,7 @@ def evaluate(
     plugin: GPUFit, pod: dict[str, Any], nodes: list[NodeInfo], scored: set[str] | None = None
 ) -> tuple[dict[str, tuple[Code, tuple[str, ...]]], dict[str, int]]:
     """Filter on every node, then PreScore and Score over the feasible ones in ``scored``."""
+    warm(plugin, nodes)
     state = CycleState()
     _, status = plugin.pre_filter(state, pod)
     assert status is SUCCESS
@@ -570,16 +626,18 @@ def test_pods_signed_alike_filter_and_score_alike(
         assert evaluate(GPUFit(args), second.obj(), nodes, {name})[1] == {name: score}
 
 
-def test_multi_gpu_scores_do_not_depend_on_the_other_nodes() -> None:
+@pytest.mark.parametrize(("args", "expected"), [(WEIGHED, 50), (DEFAULT, 24)])
+def test_multi_gpu_scores_do_not_depend_on_the_other_nodes(args: GPUFitArgs, expected: int) -> None:
     """Why a pod asking N >= 2 GPUs with topology weighed is signed: a node scores the same
     whether it is scored with the others or alone."""
     nodes = signing_cluster().nodes()
     pod = make_pod().gpus(2).obj()
-    assert GPUFit().sign_pod(pod) == (NAME, 2, 0)
-    _, together = evaluate(GPUFit(), pod, nodes)
-    _, alone = evaluate(GPUFit(), pod, nodes, {"dgx-v100-002"})
-    # Only {0, 5} is left there (PCIe across sockets, quality 0), and the node is full after.
-    assert together["dgx-v100-002"] == alone["dgx-v100-002"] == 50
+    _, together = evaluate(GPUFit(args), pod, nodes)
+    _, alone = evaluate(GPUFit(args), pod, nodes, {"dgx-v100-002"})
+    # Only {0, 5} is left there (PCIe across sockets, quality 0), and the node is full after:
+    # weighed (0 + 100) / 2; topologyFirst: the lowest of 4 tiers (pairs by NVLinks: SYS or none
+    # 0, NV1 44, NV2 57, NVSwitch 99; 101 // 4 = 25 points each), no GPU left free: 0 + 24.
+    assert together["dgx-v100-002"] == alone["dgx-v100-002"] == expected
 
 
 # -- what the scheduler does with the choice ---------------------------------------------------

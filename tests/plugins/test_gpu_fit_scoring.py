@@ -27,12 +27,14 @@ from builders import (
     run_cycle,
 )
 from test_equivalence_changes import _framework, _place
+from test_gpu_fit import warm
 
 from gpusched.cache import NodeInfo, Snapshot
 from gpusched.equivalence import EquivalenceCache
 from gpusched.framework import SUCCESS, CycleState
 from gpusched.plugins.gpu_fit import NAME, GPUFit, GPUFitArgs, choice_for
 from gpusched.topology import set_quality
+from gpusched.topology.selection import NO_RULE
 
 GI = 1024
 BINPACK = GPUFitArgs()
@@ -68,6 +70,7 @@ def whole(name: str, on: str, *gpus: int) -> PodBuilder:
 def scores(args: GPUFitArgs, pod: dict[str, Any], nodes: list[NodeInfo]) -> dict[str, int]:
     """Filter on every node, then PreScore and Score the feasible ones (each node's score)."""
     plugin = GPUFit(args)
+    warm(plugin, nodes)
     state = CycleState()
     _, status = plugin.pre_filter(state, pod)
     assert status is SUCCESS, status
@@ -300,20 +303,44 @@ WHOLE: list[tuple[str, list[NodeBuilder], list[PodBuilder], int, GPUFitArgs, str
         "a40",
     ),
     (
-        "a DGX-1's NV2 pair over an NVSwitch node only when the DGX-1 is fuller",
+        "topology first: an NVSwitch pair over a fuller DGX-1's NV2 pair",
         [make_node("dgx1").dgx1(), make_node("nvswitch").gpus(8)],
         [make_pod("busy").gpus(4).on("dgx1").assigned([0, 1, 2, 3])],
         2,
         BINPACK,
+        "nvswitch",
+    ),
+    (
+        "weighed: a DGX-1's NV2 pair over an NVSwitch node when the DGX-1 is fuller",
+        [make_node("dgx1").dgx1(), make_node("nvswitch").gpus(8)],
+        [make_pod("busy").gpus(4).on("dgx1").assigned([0, 1, 2, 3])],
+        2,
+        GPUFitArgs(topology_first=False),
         "dgx1",
+    ),
+    (
+        "topology first, equal sets: the fuller node (best fit)",
+        [make_node("a").dgx1(), make_node("b").dgx1()],
+        [make_pod("busy").gpus(2).on("b").assigned([0, 1])],
+        2,
+        BINPACK,
+        "b",
     ),
     (
         "4 GPUs: an empty NVSwitch node over a DGX-1's poor quad (topology weighed)",
         [make_node("dgx1").dgx1(), make_node("nvswitch").gpus(8)],
         [make_pod("busy").gpus(4).on("dgx1").assigned([0, 2, 5, 7])],
         4,
-        GPUFitArgs(topology_weight=2),
+        GPUFitArgs(topology_weight=2, topology_first=False),
         "nvswitch",
+    ),
+    (
+        "4 GPUs on DGX-1s: a free NVLinked quad over a fuller node's 6-NVLink quad (issue 11)",
+        [make_node("empty").dgx1(), make_node("busy").dgx1()],
+        [make_pod("busy").gpus(4).on("busy").assigned([2, 3, 6, 7])],
+        4,
+        BINPACK,
+        "empty",
     ),
     (
         "topology weighed 0: the fuller node, whatever its links",
@@ -355,7 +382,7 @@ def test_whole_gpu_score_formula() -> None:
         (0, 1): 75,
     }
     for (wt, wp), expected in by_weights.items():
-        args = GPUFitArgs(topology_weight=wt, bin_packing_weight=wp)
+        args = GPUFitArgs(topology_weight=wt, bin_packing_weight=wp, topology_first=False)
         assert scores(args, make_pod().gpus(2).obj(), [info]) == {"dgx1": expected}, (wt, wp)
 
 
@@ -366,7 +393,9 @@ def test_whole_gpu_score_formula() -> None:
 @pytest.mark.parametrize("weights", [(1, 1), (3, 1), (1, 0), (0, 1)])
 def test_every_whole_gpu_pod_signs(n: int, weights: tuple[int, int]) -> None:
     plugin = GPUFit(GPUFitArgs(topology_weight=weights[0], bin_packing_weight=weights[1]))
-    assert plugin.sign_pod(make_pod().gpus(n).priority(2).obj()) == (NAME, n, 2)
+    signed = plugin.sign_pod(make_pod().gpus(n).priority(2).obj())
+    ladder = 0 if weights[0] else -1  # topologyFirst's ladder version (no layout met yet)
+    assert signed == ((NAME, n, 2) if n == 1 else (NAME, n, 2, NO_RULE, False, ladder))
 
 
 LAYOUTS = [

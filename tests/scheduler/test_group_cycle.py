@@ -16,6 +16,7 @@ from conftest import Target
 from scheduler_bed import Bed, bound, objects_until, open_bed, reservations
 
 from gpusched.framework import (
+    DisabledPlugin,
     PluginRef,
     Plugins,
     PluginSet,
@@ -93,7 +94,11 @@ class TestGang(PreEnqueuePlugin, PodGroupPlugin, PodEventHandler):
 
 def config_with(bed: Bed) -> SchedulerConfiguration:
     base = bed.config()
-    plugins = Plugins(pre_enqueue=PluginSet(enabled=[PluginRef(name=TestGang.NAME)]))
+    # One pod group plugin per profile: the default Coscheduling makes way for TestGang.
+    plugins = Plugins(
+        pre_enqueue=PluginSet(enabled=[PluginRef(name=TestGang.NAME)]),
+        multi_point=PluginSet(disabled=[DisabledPlugin(name="Coscheduling")]),
+    )
     profile = Profile(scheduler_name=bed.scheduler_name, plugins=plugins)
     return apply_default_plugins(base.model_copy(update={"profiles": [profile]}))
 

@@ -913,9 +913,9 @@ def test_smp_list_of_lists() -> None:
 def test_smp_unsupported_kind() -> None:
     assert supports_strategic_merge("Pod")
     assert supports_strategic_merge("Lease")
-    assert not supports_strategic_merge("PodGroup")
+    assert not supports_strategic_merge("GPUClass")
     with pytest.raises(PatchError) as info:
-        strategic_merge_patch({}, {}, "PodGroup")
+        strategic_merge_patch({}, {}, "GPUClass")
     assert info.value.to_status() == {
         "kind": "Status",
         "apiVersion": "v1",

@@ -19,6 +19,7 @@ from policy_helpers import NS, PDBS, PODS, failure, pdb, pod, running_pod, set_r
 from gpusched.kube.client import Kube
 from gpusched.kube.errors import APIError, APINotFound
 from gpusched.sim import SimCluster
+from gpusched.sim.fleet import load_cluster_spec
 
 APP = {"matchLabels": {"app": "train"}}
 LABELS = {"app": "train"}
@@ -277,3 +278,39 @@ async def test_missing_pod_and_discovery(kube: Kube) -> None:
         "kind": "Eviction",
         "verbs": ["create"],
     }
+
+
+async def test_with_kubelets_the_evicted_pod_goes_and_the_budget_recovers() -> None:
+    """End to end: the simulated kubelet runs the pods (Ready), the eviction marks one
+    terminating, the kubelet confirms its deletion and the controller counts again."""
+    node = "dgx-h100-000"
+    async with SimCluster(load_cluster_spec("dgx-h100", nodes=1)) as sim:
+        kube = sim.kube
+        for i in range(3):
+            await kube.create(PODS, pod(f"p{i}", LABELS, nodeName=node))
+        await kube.create(PDBS, pdb("b", APP, minAvailable=2))
+        await synced(kube, "b", lambda o: o["status"]["currentHealthy"] == 3)
+        await evict(kube, "p0")
+        await wait_gone(kube, "p0")
+        after = await synced(kube, "b", lambda o: o["status"]["expectedPods"] == 2)
+        assert (after["status"]["currentHealthy"], after["status"]["disruptionsAllowed"]) == (
+            2,
+            0,
+        )
+        assert "disruptedPods" not in after["status"]
+        err = await failure(evict(kube, "p1"))
+        assert err.code == 429
+
+
+async def wait_gone(kube: Kube, name: str) -> None:
+    async with asyncio.timeout(10):
+        listing = await kube.get(PODS, {"fieldSelector": f"metadata.name={name}"})
+        if not listing["items"]:
+            return
+        query = {
+            "fieldSelector": f"metadata.name={name}",
+            "resourceVersion": listing["metadata"]["resourceVersion"],
+        }
+        async for ev in kube.watch(PODS, query):
+            if ev["type"] == "DELETED":
+                return

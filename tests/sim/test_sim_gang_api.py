@@ -157,6 +157,7 @@ async def test_workload_templates_are_immutable(kube: Kube) -> None:
 
 
 async def test_pod_group_spec_and_status(kube: Kube) -> None:
+    await kube.create(WORKLOADS, workload("job", [template("workers")]))
     ref = {"workload": {"workloadName": "job", "podGroupTemplateName": "workers"}}
     created = await kube.create(
         GROUPS, {**group("job-workers-0", podGroupTemplateRef=ref), "status": {"x": 1}}
@@ -183,6 +184,30 @@ async def test_pod_group_spec_and_status(kube: Kube) -> None:
     )
     assert updated["status"]["conditions"] == [condition]
     assert "labels" not in updated["metadata"]  # ResetObjectMetaForStatus
+
+
+REFS = [
+    pytest.param("ghost", "workers", 'PodGroup rejected: Workload "ghost" not found', id="none"),
+    pytest.param(
+        "job",
+        "drivers",
+        'PodGroup rejected: PodGroupTemplate "drivers" not found in Workload "job"',
+        id="no-such-template",
+    ),
+]
+
+
+@pytest.mark.parametrize(("workload_name", "template_name", "why"), REFS)
+async def test_a_pod_group_needs_its_workload_and_template(
+    kube: Kube, workload_name: str, template_name: str, why: str
+) -> None:
+    await kube.create(WORKLOADS, workload("job", [template("workers")]))
+    ref = {"workload": {"workloadName": workload_name, "podGroupTemplateName": template_name}}
+    err = await failure(kube.create(GROUPS, group("g", podGroupTemplateRef=ref)))
+    assert (err.code, err.message) == (
+        403,
+        f'podgroups.scheduling.k8s.io "g" is forbidden: {why}',
+    )
 
 
 async def test_pod_group_validation(kube: Kube) -> None:
@@ -284,3 +309,49 @@ def test_the_crd_ships_in_deploy_and_the_package() -> None:
             "failed",
             "scheduleStartTime",
         }
+
+
+async def test_a_controller_ref_may_be_set_once(kube: Kube) -> None:
+    await kube.create(WORKLOADS, workload("w", [template("t")]))
+    err = await failure(
+        kube.patch(WORKLOADS + "/w", {"spec": {"controllerRef": {"kind": "Job", "name": "a/b"}}})
+    )
+    assert "spec.controllerRef.name: Invalid value: \"a/b\": may not contain '/'" in err.message
+    ref = {"apiGroup": "batch", "kind": "Job", "name": "train"}
+    set_once = await kube.patch(WORKLOADS + "/w", {"spec": {"controllerRef": ref}})
+    assert set_once["spec"]["controllerRef"] == ref
+    err = await failure(
+        kube.patch(WORKLOADS + "/w", {"spec": {"controllerRef": {**ref, "name": "other"}}})
+    )
+    assert err.code == 422
+    assert err.message.endswith("field is immutable")
+
+
+async def test_strategic_merge_patches_merge_pod_group_conditions(kube: Kube) -> None:
+    await kube.create(GROUPS, group("g"))
+    smp = "application/strategic-merge-patch+json"
+
+    def cond(ctype: str, status: str) -> dict[str, Any]:
+        return {
+            "type": ctype,
+            "status": status,
+            "reason": "R",
+            "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+
+    await kube.patch(
+        GROUPS + "/g/status", {"status": {"conditions": [cond("PodGroupScheduled", "False")]}}, smp
+    )
+    merged = await kube.patch(
+        GROUPS + "/g/status", {"status": {"conditions": [cond("DisruptionTarget", "True")]}}, smp
+    )
+    # Merged by type (the patch's items first, as strategicpatch orders them).
+    assert [c["type"] for c in merged["status"]["conditions"]] == [
+        "DisruptionTarget",
+        "PodGroupScheduled",
+    ]
+    err = await failure(
+        kube.patch(X_GROUPS + "/none", {"spec": {"minMember": 2}}, smp)  # a custom resource
+    )
+    assert err.code == 415

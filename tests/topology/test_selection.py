@@ -15,9 +15,11 @@ from gpusched.topology import (
     GPUTopology,
     Link,
     Scores,
+    SetRule,
     best_gpu_set,
     build_topology,
     greedy_gpu_set,
+    link_score_of,
     matrix_set_score,
     score_matrix,
     set_score,
@@ -56,10 +58,11 @@ def dgx1() -> nx.Graph:
 def brute_force(scores: Scores, free: Sequence[int], n: int) -> tuple[tuple[int, ...], int]:
     """The module docstring's "best set", by its definition: max score, min cut, lowest ids."""
 
-    def key(combo: tuple[int, ...]) -> tuple[int, int, tuple[int, ...]]:
+    def key(combo: tuple[int, ...]) -> tuple[int, int, int, tuple[int, ...]]:
         score = matrix_set_score(scores, combo)
+        links = sum(link_score_of(scores[a][b]) for a, b in combinations(combo, 2))
         cut = sum(scores[g][h] for g in combo for h in free if h not in combo)
-        return (-score, cut, combo)
+        return (-links, -score, cut, combo)
 
     best = min(combinations(free, n), key=key)
     return best, matrix_set_score(scores, best)
@@ -186,7 +189,12 @@ def problems(draw: st.DrawFn) -> tuple[list[list[int]], list[int], int]:
 def test_exhaustive_search_is_optimal(problem: tuple[list[list[int]], list[int], int]) -> None:
     scores, free, n = problem
     ids, score = best_gpu_set(scores, free, n)
-    assert score == max(matrix_set_score(scores, c) for c in combinations(free, n))
+
+    def order(c: tuple[int, ...]) -> tuple[int, int]:  # NVLinks first, then the set score
+        links = sum(link_score_of(scores[a][b]) for a, b in combinations(c, 2))
+        return links, matrix_set_score(scores, c)
+
+    assert order(ids) == max(order(c) for c in combinations(free, n))
     assert score == matrix_set_score(scores, ids)
     assert (ids, score) == brute_force(scores, free, n)  # tie-breaks too
 
@@ -201,8 +209,9 @@ def test_greedy_search_gives_a_valid_set(problem: tuple[list[list[int]], list[in
     assert set(ids) <= set(free)
     assert list(ids) == sorted(ids)
     assert score == matrix_set_score(scores, ids)
-    assert score <= best_gpu_set(scores, free, n)[1]
-    if n in (1, 2, len(free)):  # greedy is exact for these
+    assert score <= max(matrix_set_score(scores, c) for c in combinations(free, n))
+    if n in (1, 2, len(free)):  # greedy is exact for these (for a pair, the most score is
+        # the most NVLinks too: link_score_of never decreases with the pair score)
         assert score == best_gpu_set(scores, free, n)[1]
 
 
@@ -247,7 +256,7 @@ def test_gpu_topology_memoises_by_free_set_and_n(monkeypatch: pytest.MonkeyPatch
     first = topology.choose([4, 5, 6, 7], 2)
     assert first == ((6, 7), 250)
     assert topology.choose([4, 5, 6, 7], 2, mask=0b1111_0000) == first  # the same key
-    assert topology.memo == {(0b1111_0000, 2): first}
+    assert topology.memo == {(0b1111_0000, 2, SetRule()): first}
     assert searches.calls == ["exhaustive"]
     topology.choose([4, 5, 6, 7], 3)  # another n
     topology.choose([0, 4, 5, 6, 7], 2)  # another free set
@@ -260,7 +269,7 @@ def test_gpu_topology_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     topology = GPUTopology(dgx1(), max_combinations=5000)
     for gpu in range(3):
         topology.choose([gpu, 7], 1)
-    assert list(topology.memo) == [((1 << 2) | (1 << 7), 1)]  # cleared when full
+    assert list(topology.memo) == [((1 << 2) | (1 << 7), 1, SetRule())]  # cleared when full
 
 
 def test_gpu_topology_rejects_bad_arguments() -> None:
