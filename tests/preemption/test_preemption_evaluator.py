@@ -442,3 +442,19 @@ def test_room_promised_to_an_equal_nominee_is_not_counted_on_again() -> None:
     assert candidate.node == "n2"
     # The nominee itself still counts on its node.
     assert evaluator.preempt(first, statuses_for(fw, cluster, first)).candidate.node == "n1"  # type: ignore[union-attr]
+
+
+def test_gangs_through_the_default_profile_s_coscheduling_key() -> None:
+    """The same rule with the shipped seam: Coscheduling's group key (scheduler-plugins'
+    ``scheduling.x-k8s.io/pod-group`` label), read through ``Framework.group_key``."""
+    label = {"scheduling.x-k8s.io/pod-group": "train"}
+    pods = [running(f"a{i}", "n1", [i], 3) for i in range(7)]
+    pods.append(running("train-0", "n1", [7], 4, labels=label))
+    pods.append(running("train-1", "n2", [0], 4, labels=label))
+    cluster, fw = setup([make_node("n1").gpus(8), make_node("n2").gpus(1)], pods)
+    assert fw.group_key(pods[-1]) == "default/train"
+    pod = preemptor(8)
+    candidate, _, _ = Evaluator(fw, rng=random.Random(0)).preempt(
+        pod, statuses_for(fw, cluster, pod)
+    )
+    assert victims_of(candidate) == [*(f"a{i}" for i in range(7)), "train-0", "train-1"]
