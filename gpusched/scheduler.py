@@ -617,6 +617,8 @@ class Scheduler:
                 self._emit("Pod/Delete", pod, None)
             else:
                 self.queue.delete(pod)
+                if self.cache.clear_nomination(uid):  # the GPUs it held are free for others
+                    self._emit("Pod/Delete", pod, None)
                 for fw in self.frameworks.values():
                     fw.reject_waiting_pod(uid, "", "the pod was deleted")
             self.events.forget(uid)
@@ -640,7 +642,13 @@ class Scheduler:
             return
         if meta.get("deletionTimestamp") or phase in _TERMINAL:
             self.queue.delete(pod)
+            if self.cache.clear_nomination(uid):  # the GPUs it held are free for others
+                self._emit("Pod/Delete", pod, None)
             return
+        nominated = (pod.get("status") or {}).get("nominatedNodeName")
+        if nominated and self.cache.nominated_node(uid) != nominated:
+            # Another replica's nomination, or ours from before a restart: keep its GPUs too.
+            self.cache.nominate(pod, nominated)
         if uid in self._binding or self.cache.is_assumed(uid):
             return  # our decision is being bound; this is an older view of the pod
         if not self._takes(pod, spec["schedulerName"]):
@@ -1163,8 +1171,10 @@ class Scheduler:
         rejected the pod. Its message is
         appended to the FailedScheduling message; a ``PostFilterResult``'s nominated node is
         recorded in ``info.nominated_node_name`` and sends the pod to backoff, to be retried.
-        Writing ``status.nominatedNodeName`` to the API and trying the nominated node first
-        belong to preemption (its own issue), not to this method.
+        The nomination is also recorded in the cache (``SchedulerCache.nominate``), which
+        keeps the node's GPUs from lower-priority pods; a result with an empty node name
+        clears a nomination the pod has (cache and status). Trying the nominated node first
+        is not done (every node is filtered again).
         """
         plugins = {s.plugin for s in result.statuses.values() if s.plugin}
         if result.status is not None and result.status.plugin:
@@ -1185,11 +1195,22 @@ class Scheduler:
                 message = f"{message} {post_status.message()}."
             if post_result is not None and post_result.nominated_node_name:
                 nominated = post_result.nominated_node_name
+                # Keep the node's GPUs for it (NominatedReservation) until it is placed or
+                # deleted (the cache clears the nomination on assume and on the bound Add).
+                self.cache.nominate(info.pod, nominated)
+            elif post_result is not None and (
+                self.cache.clear_nomination(info.uid)
+                or (info.pod.get("status") or {}).get("nominatedNodeName")
+            ):
+                # An empty node name clears the nomination, as upstream: written as "" with
+                # the condition, and the pods it kept from the node may try again.
+                nominated = ""
+                self._emit("Pod/Delete", info.pod, None, skip=info.uid)
         if is_error:
             self.queue.requeue_after_error(info)
         else:
             info.unschedulable_plugins = plugins
-            info.nominated_node_name = nominated
+            info.nominated_node_name = nominated or None
             self.queue.add_unschedulable(info)
         self.events.failed_scheduling(info.pod, message, nominated_node=nominated)
         self._attempt("error" if is_error else "unschedulable", fw, started)

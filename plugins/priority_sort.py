@@ -2,14 +2,16 @@
 
 Upstream orders the active queue by ``spec.priority`` (higher first), then by the time the pod
 was queued. gpusched puts its own priority before that: the ``gpusched.io/priority``
-annotation, ``0`` (highest) to ``4``, default 0. The key, smallest first::
+annotation, ``0`` (highest) to ``4``, default 0. Both are read once, by
+:func:`gpusched.priority.pod_priority` (the mapping preemption uses too); the key, smallest
+first, is ``(-rank, queued timestamp, ns/name)``, i.e.::
 
     (gpusched priority ascending, spec.priority descending, queued timestamp ascending, ns/name)
 
 The plugin is also a PreEnqueue plugin: a pod whose annotation does not parse is gated with
 the parse error (its place in the queue is unknown, and retrying cannot fix it) until an
 update fixes the annotation; it registers for no cluster event. Should it be sorted anyway
-(PreEnqueue disabled for it), it sorts last, at :data:`LOWEST_PRIORITY`. The key is computed
+(PreEnqueue disabled for it), it sorts last, at level :data:`LOWEST_PRIORITY`. The key is computed
 once per queue insertion (an annotation lookup and an int parse).
 """
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from gpusched.annotations import PRIORITY_LEVELS, AnnotationError, parse_priority
+from gpusched.annotations import AnnotationError, parse_priority
 from gpusched.framework import (
     ClusterEventWithHint,
     EnqueueExtensions,
@@ -27,25 +29,21 @@ from gpusched.framework import (
     QueueSortPlugin,
     Status,
 )
+from gpusched.priority import LOWEST_LEVEL, pod_priority
 
 __all__ = ["LOWEST_PRIORITY", "NAME", "PrioritySort", "sort_key_of"]
 
 NAME: Final = "PrioritySort"
 
-LOWEST_PRIORITY: Final = PRIORITY_LEVELS[-1]
+LOWEST_PRIORITY: Final = LOWEST_LEVEL
 """Where a pod whose ``gpusched.io/priority`` does not parse sorts."""
 
 
-def sort_key_of(pod: Pod, timestamp: float) -> tuple[int, int, float, str]:
+def sort_key_of(pod: Pod, timestamp: float) -> tuple[int, float, str]:
     """The sort key of a pod queued at ``timestamp`` (module docstring)."""
-    try:
-        priority = parse_priority(pod)
-    except AnnotationError:
-        priority = LOWEST_PRIORITY
     meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
     key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
-    return (priority, -int(spec.get("priority") or 0), timestamp, key)
+    return (-pod_priority(pod).rank, timestamp, key)
 
 
 class PrioritySort(QueueSortPlugin, PreEnqueuePlugin, EnqueueExtensions):

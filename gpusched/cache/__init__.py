@@ -11,6 +11,8 @@ Modelled on kube-scheduler's ``pkg/scheduler/backend/cache`` and ``framework.Nod
 - :mod:`~gpusched.cache.cache`: :class:`SchedulerCache`, the assume/confirm/expire state
   machine fed by informers and the scheduler;
 - :mod:`~gpusched.cache.snapshot`: :class:`Snapshot`, what one scheduling cycle reads;
+- :mod:`~gpusched.cache.nominations`: :class:`Nominee`, the GPUs a node keeps for a pod
+  preemption nominated to it;
 - :mod:`~gpusched.cache.errors`: :class:`CacheError` and :class:`LedgerError`.
 
 Who calls what, when:
@@ -20,7 +22,9 @@ Who calls what, when:
   ``None`` on delete); ``add_pod`` / ``update_pod`` / ``remove_pod`` for pods with
   ``spec.nodeName`` set;
 - scheduling cycle: ``update_snapshot(snapshot)`` first, then plugins read only the snapshot;
-  on a decision ``assume_pod(pod, node, assignment)``;
+  on a decision ``assume_pod(pod, node, assignment)``; when PostFilter nominates a node,
+  ``nominate(pod, node)`` (cleared by the assume, the bound pod's Add, or
+  ``clear_nomination(uid)`` when the pending pod is deleted);
 - binding cycle: ``forget_pod(pod)`` on any failure (Unreserve), ``finish_binding(pod)`` when
   it is over, whatever the outcome;
 - a task: ``run_cleanup()`` (or ``cleanup_expired_assumed_pods()`` every second).
@@ -41,6 +45,7 @@ from gpusched.cache.ledger import (
     mib_text,
 )
 from gpusched.cache.nodeinfo import NodeInfo, PodInfo, next_generation, pod_uid
+from gpusched.cache.nominations import NO_NEED, GPUNeed, Nominee, gpu_need, leaves_room
 from gpusched.cache.resources import (
     CPU,
     EPHEMERAL_STORAGE,
@@ -61,20 +66,25 @@ __all__ = [
     "MEMORY",
     "MIG_RESOURCE_PREFIX",
     "MIG_UUID_PREFIX",
+    "NO_NEED",
     "PODS",
     "REFUSAL_KINDS",
     "TERMINAL_PHASES",
     "CacheError",
     "GPUDevice",
+    "GPUNeed",
     "LedgerError",
     "MIGInstance",
     "NodeInfo",
     "NodeLedger",
+    "Nominee",
     "PodInfo",
     "Resources",
     "SchedulerCache",
     "SharingPolicy",
     "Snapshot",
+    "gpu_need",
+    "leaves_room",
     "mib_text",
     "next_generation",
     "node_allocatable",

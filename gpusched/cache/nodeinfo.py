@@ -66,8 +66,10 @@ from gpusched.cache.ledger import (
     NodeLedger,
     SharingPolicy,
 )
+from gpusched.cache.nominations import Nominee
 from gpusched.cache.resources import Resources, node_allocatable, pod_requests
 from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory
+from gpusched.priority import pod_priority
 
 if TYPE_CHECKING:
     from gpusched.gpu_requests import ShareTerms
@@ -145,6 +147,7 @@ class PodInfo:
         "inferred",
         "mig",
         "pod",
+        "priority",
         "requests",
         "swap",
         "uid",
@@ -162,6 +165,8 @@ class PodInfo:
         self.pod = pod
         self.uid = uid
         self.requests = requests
+        self.priority = pod_priority(pod)
+        """The pod's :class:`~gpusched.priority.Priority` (preemption reads it per pod)."""
         scalar = requests.scalar
         self.gpus = scalar.get(RESOURCE_GPU, 0) if scalar else 0
         """Whole GPUs requested (``nvidia.com/gpu``)."""
@@ -230,6 +235,7 @@ class PodInfo:
         clone.pod = self.pod
         clone.uid = self.uid
         clone.requests = self.requests
+        clone.priority = self.priority
         clone.gpus = self.gpus
         clone.mig = self.mig
         clone.declared = self.declared
@@ -269,6 +275,7 @@ class NodeInfo:
     __slots__ = (
         "_inventory",
         "_ledger_key",
+        "_ranks",
         "_unplaced",
         "allocatable",
         "error",
@@ -277,6 +284,7 @@ class NodeInfo:
         "ledger",
         "name",
         "node",
+        "nominated",
         "pods",
         "policy",
         "requested",
@@ -302,11 +310,15 @@ class NodeInfo:
         """A problem reading the Node (a malformed allocatable quantity)."""
         self.requested = Resources()
         self.pods: dict[str, PodInfo] = {}
+        self.nominated: dict[str, Nominee] = {}
+        """Pods nominated to this node, by uid (:mod:`gpusched.cache.nominations`)."""
         self.policy = policy
         self.ledger = NodeLedger.anonymous(0, policy)
         self._inventory = inventory
         self._ledger_key: tuple[Any, ...] = ("anonymous", 0, policy)
         self._unplaced: dict[str, None] = {}
+        self._ranks: dict[int, int] = {}
+        """Pods per priority rank, for :attr:`lowest_priority_rank`."""
         if node is not None:
             self._apply_node(node)
         self._refresh_ledger()
@@ -448,6 +460,9 @@ class NodeInfo:
             and (new.exclusive, new.swap, new.cores) == (old.exclusive, old.swap, old.cores)
         ):
             self.pods[uid] = new.with_placement(old.assignment, old.inferred, None)
+            if new.priority != old.priority:  # the gpusched.io/priority annotation changed
+                self._count(old.priority.rank, -1)
+                self._count(new.priority.rank, 1)
         else:
             self._detach(uid)
             self._insert(self._place(new))
@@ -468,11 +483,27 @@ class NodeInfo:
 
     def _detach(self, uid: str) -> tuple[PodInfo, bool]:
         info = self.pods.pop(uid)
+        self._count(info.priority.rank, -1)
         self.requested.sub(info.requests)
         self._unplaced.pop(uid, None)
         return info, self.ledger.release(uid)
 
+    def _count(self, rank: int, delta: int) -> None:
+        ranks = self._ranks
+        n = ranks.get(rank, 0) + delta
+        if n:
+            ranks[rank] = n
+        else:
+            del ranks[rank]
+
+    @property
+    def lowest_priority_rank(self) -> int | None:
+        """The lowest :attr:`Priority.rank` of the node's pods (``None``: no pod). O(distinct
+        priorities): preemption skips a node with no pod below the preemptor without cloning."""
+        return min(self._ranks) if self._ranks else None
+
     def _insert(self, info: PodInfo) -> None:
+        self._count(info.priority.rank, 1)
         self.pods[info.uid] = info
         self.requested.add(info.requests)
         if info.conflict is not None:
@@ -562,6 +593,20 @@ class NodeInfo:
                     del self._unplaced[uid]
                     progress = True
 
+    # --- Nominations ------------------------------------------------------------------------
+
+    def nominate(self, nominee: Nominee) -> None:
+        """Keep GPUs for ``nominee`` (replacing an earlier nomination of the same pod). O(1)."""
+        self.nominated[nominee.uid] = nominee
+        self.generation = next_generation()
+
+    def clear_nomination(self, uid: str) -> bool:
+        """Forget the nomination of pod ``uid``; ``False`` if it has none here. O(1)."""
+        if self.nominated.pop(uid, None) is None:
+            return False
+        self.generation = next_generation()
+        return True
+
     # --- Copies and checks ------------------------------------------------------------------
 
     def clone(self) -> NodeInfo:
@@ -577,12 +622,14 @@ class NodeInfo:
         clone.error = self.error
         clone.requested = self.requested.copy()
         clone.pods = dict(self.pods)
+        clone.nominated = dict(self.nominated) if self.nominated else {}
         clone.policy = self.policy
         clone.ledger = self.ledger.clone()
         clone.generation = self.generation
         clone._inventory = self._inventory
         clone._ledger_key = self._ledger_key
         clone._unplaced = dict(self._unplaced)
+        clone._ranks = dict(self._ranks)
         return clone
 
     def describe(self) -> dict[str, Any]:
@@ -599,6 +646,7 @@ class NodeInfo:
             "error": self.error,
             "pods": {uid: info.describe() for uid, info in self.pods.items()},
             "unplaced": sorted(self._unplaced),
+            "nominated": sorted(self.nominated),
             "gpus": self.ledger.describe(),
         }
 
@@ -610,6 +658,10 @@ class NodeInfo:
         for info in self.pods.values():
             total.add(info.requests)
         assert total == self.requested, (self.name, total, self.requested)
+        ranks: dict[int, int] = {}
+        for info in self.pods.values():
+            ranks[info.priority.rank] = ranks.get(info.priority.rank, 0) + 1
+        assert ranks == self._ranks, (self.name, ranks, self._ranks)
         ledger = self.ledger
         ledger._check()
         assert set(ledger.pods()) <= set(self.pods), (self.name, ledger.pods())

@@ -620,12 +620,17 @@ def default_plugins() -> Plugins:
         TaintToleration    weight 3  filter, preScore, score
         NodeAffinity       weight 2  preFilter, filter, preScore, score
         NodeResourcesFit   weight 1  preFilter, filter, preScore, score
-        GPUFit             weight 2  preFilter, filter, preScore, score, reserve
+        GPUFit             weight 2  preFilter, filter, postFilter, preScore, score, reserve
+        NominatedReservation         filter
+        DefaultPreemption            postFilter
         PreferredNode      weight 10 preScore, score
         DefaultBinder                bind
         SchedulingGates              preEnqueue
         Coscheduling                 preEnqueue, reserve, permit, preBind (gangs)
 
+    NominatedReservation keeps a node's GPUs for the higher-priority pod preemption nominated
+    to it; DefaultPreemption (after GPUFit's PostFilter, which only explains) evicts
+    lower-priority pods for a pod that fits nowhere (docs/preemption.md).
     PreferredNode honours the pod's ``gpusched.io/preferred-node`` (a modifier of the pod
     API, so on by default; weighted to win while the pod fits there); it skips every other
     pod at PreScore and signs, so batching is unaffected. Coscheduling reads the gang forms
@@ -642,6 +647,8 @@ def default_plugins() -> Plugins:
                 PluginRef(name="NodeAffinity", weight=2),
                 PluginRef(name="NodeResourcesFit", weight=1),
                 PluginRef(name="GPUFit", weight=2),
+                PluginRef(name="NominatedReservation"),
+                PluginRef(name="DefaultPreemption"),
                 PluginRef(name="PreferredNode", weight=10),
                 PluginRef(name="DefaultBinder"),
                 PluginRef(name="SchedulingGates"),

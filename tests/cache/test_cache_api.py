@@ -15,6 +15,7 @@ MODULES = [
     "gpusched.cache.errors",
     "gpusched.cache.ledger",
     "gpusched.cache.nodeinfo",
+    "gpusched.cache.nominations",
     "gpusched.cache.resources",
     "gpusched.cache.snapshot",
 ]

@@ -37,6 +37,7 @@ class Model:
     where: dict[str, tuple[str, bool]] = field(default_factory=dict)  # uid -> (node, assumed)
     deadline: dict[str, float] = field(default_factory=dict)
     assumed_with: dict[str, Assignment | None] = field(default_factory=dict)
+    nominated: dict[str, str] = field(default_factory=dict)  # uid -> node
 
     def drop(self, uid: str) -> None:
         self.where.pop(uid, None)
@@ -124,8 +125,10 @@ class Run:
                 self.op_forget,
                 self.op_expire,
                 self.op_snapshot,
+                self.op_nominate,
+                self.op_clear_nomination,
             ],
-            weights=[6, 2, 3, 20, 6, 20, 8, 4, 4, 12],
+            weights=[6, 2, 3, 20, 6, 20, 8, 4, 4, 12, 6, 3],
         )[0]
         done = op()
         if inspect.isawaitable(done):
@@ -141,6 +144,8 @@ class Run:
         removed = self.cache.remove_node(name)
         assert removed == (name in self.nodes)
         self.nodes.discard(name)
+        for uid in [u for u, n in self.model.nominated.items() if n == name]:
+            del self.model.nominated[uid]
 
     def op_inventory(self) -> None:
         name = self.rng.choice(NODES)
@@ -158,6 +163,7 @@ class Run:
             self.cache.add_pod(pod)
         else:
             self.cache.update_pod(pod)
+        self.model.nominated.pop(uid, None)  # bound: placed
         if pod["status"]["phase"] == "Succeeded":
             self.model.drop(uid)
         else:
@@ -199,6 +205,21 @@ class Run:
             return
         self.model.where[uid] = (info.name, True)
         self.model.assumed_with[uid] = assignment
+        self.model.nominated.pop(uid, None)
+
+    def op_nominate(self) -> None:
+        uid = self.rng.choice(PODS)
+        node = self.rng.choice(NODES)
+        pod = make_pod(uid, uid=uid).gpus(self.rng.choice([0, 1, 2])).obj()
+        expected = node in self.nodes and uid not in self.model.where
+        assert self.cache.nominate(pod, node) == expected
+        if expected:
+            self.model.nominated[uid] = node
+
+    def op_clear_nomination(self) -> None:
+        uid = self.rng.choice(PODS)
+        assert self.cache.clear_nomination(uid) == (uid in self.model.nominated)
+        self.model.nominated.pop(uid, None)
 
     def op_finish(self) -> None:
         uid = self.rng.choice(PODS)
@@ -248,6 +269,8 @@ class Run:
             state = self.model.where.get(uid)
             assert cache.pod_node(uid) == (state[0] if state else None), uid
             assert cache.is_assumed(uid) == bool(state and state[1]), uid
+        nominated = {uid: n for uid in PODS if (n := cache.nominated_node(uid)) is not None}
+        assert nominated == self.model.nominated
         assert cache.node_count == len(self.nodes)
         assert cache.pod_count == len(self.model.where)
 

@@ -26,6 +26,8 @@ EXPECTED = [
     "NodeAffinity",
     "NodeResourcesFit",
     "GPUFit",
+    "NominatedReservation",
+    "DefaultPreemption",
     "PreferredNode",
     "DefaultBinder",
     "SchedulingGates",
@@ -54,8 +56,9 @@ def test_the_default_configuration_builds() -> None:
             "NodeAffinity",
             "NodeResourcesFit",
             "GPUFit",
+            "NominatedReservation",
         ],
-        "postFilter": ["GPUFit"],
+        "postFilter": ["GPUFit", "DefaultPreemption"],
         "preScore": [
             "TaintToleration",
             "NodeAffinity",
@@ -77,7 +80,11 @@ def test_the_default_configuration_builds() -> None:
         "GPUFit": 2,
         "PreferredNode": 10,
     }
-    assert set(fw.enqueue_extensions()) == set(EXPECTED) - {"DefaultBinder", "PreferredNode"}
+    assert set(fw.enqueue_extensions()) == set(EXPECTED) - {
+        "DefaultBinder",
+        "PreferredNode",
+        "DefaultPreemption",
+    }
 
 
 def test_every_plugin_module_follows_the_house_style() -> None:

@@ -13,6 +13,7 @@ from gpusched.annotations import PRIORITY
 from gpusched.clock import FakeClock
 from gpusched.framework import Code, QueuedPodInfo, build_frameworks, default_config, in_tree
 from gpusched.plugins.priority_sort import LOWEST_PRIORITY, NAME, PrioritySort, sort_key_of
+from gpusched.priority import Priority
 from gpusched.queue import GATED, SchedulingQueue
 
 
@@ -49,13 +50,16 @@ def test_keys_order_pods_as_documented() -> None:
 @pytest.mark.parametrize(
     ("builder", "expected"),
     [
-        (make_pod("a"), (0, 0, 7.0, "default/a")),
-        (make_pod("b").priority(3).pod_priority(5), (3, -5, 7.0, "default/b")),
-        (make_pod("c", namespace="ml").priority("x"), (LOWEST_PRIORITY, 0, 7.0, "ml/c")),
-        (make_pod("d").priority(9), (LOWEST_PRIORITY, 0, 7.0, "default/d")),
+        (make_pod("a"), (-Priority(0, 0).rank, 7.0, "default/a")),
+        (make_pod("b").priority(3).pod_priority(5), (-Priority(3, 5).rank, 7.0, "default/b")),
+        (
+            make_pod("c", namespace="ml").priority("x"),
+            (-Priority(LOWEST_PRIORITY).rank, 7.0, "ml/c"),
+        ),
+        (make_pod("d").priority(9), (-Priority(LOWEST_PRIORITY).rank, 7.0, "default/d")),
     ],
 )
-def test_sort_key_of(builder: PodBuilder, expected: tuple[int, int, float, str]) -> None:
+def test_sort_key_of(builder: PodBuilder, expected: tuple[int, float, str]) -> None:
     assert sort_key_of(builder.obj(), 7.0) == expected
     info = QueuedPodInfo(pod=builder.obj(), key="", uid="u", timestamp=7.0)
     assert PrioritySort().sort_key(info) == expected

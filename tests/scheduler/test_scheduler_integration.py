@@ -128,7 +128,10 @@ async def test_more_pods_than_gpus_then_deleted_pods_free_theirs(bed: Bed) -> No
         assert re.match(r"0/\d+ nodes are available: ", message), message
         assert "2 Insufficient nvidia.com/gpu" in message
         if bed.target.is_sim:
-            assert message == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+            assert message == (  # upstream's wording, with preemption's part
+                "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 "
+                "nodes are available: 2 No preemption victims found for incoming pod."
+            )
         for name in bound(pods)[:4]:
             await bed.delete_pod(name)
         pods = await bed.pods_until(lambda ps: len(ps) == 16 and len(bound(ps)) == 16)
