@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, cast
 
 from gpusched.cache import NodeInfo, PodInfo, gpu_need, leaves_room
-from gpusched.framework import Code, CycleState, Pod, PreFilterResult, Status
+from gpusched.cache.errors import LedgerError
+from gpusched.framework import DEVICE_ASSIGNMENT, Code, CycleState, Pod, PreFilterResult, Status
 from gpusched.priority import NEVER, Priority, pod_priority, preemption_policy
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ __all__ = [
     "Decision",
     "Evaluator",
     "FilterRunner",
+    "GroupDecision",
     "Victim",
     "label_selector_matches",
     "num_candidates",
@@ -93,6 +95,10 @@ class FilterRunner(Protocol):
     def run_filter(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status: ...
 
     def group_key(self, pod: Pod) -> str | None: ...
+
+    def run_reserve(self, state: CycleState, pod: Pod, node_name: str) -> Status: ...
+
+    def run_unreserve(self, state: CycleState, pod: Pod, node_name: str) -> None: ...
 
     @property
     def node_lister(self) -> NodeLister: ...
@@ -224,6 +230,15 @@ class Decision(NamedTuple):
     candidate: Candidate | None
     message: str = ""
     eligible: bool = True
+
+
+class GroupDecision(NamedTuple):
+    """What :meth:`Evaluator.preempt_group` decided: every member's node and the victims
+    (their union), or ``None`` and ``message`` (why not)."""
+
+    nominations: dict[str, str] | None
+    victims: tuple[Victim, ...] = ()
+    message: str = ""
 
 
 def num_candidates(nodes: int, percentage: int, absolute: int) -> int:
@@ -458,6 +473,113 @@ class Evaluator:
             summary = _summary(len(statuses), reasons)
             return Decision(None, f"preemption: 0/{len(statuses)} nodes are available: {summary}")
         return Decision(self.select_candidate(candidates))
+
+    # -- gangs as preemptors -----------------------------------------------------------------
+
+    def preempt_group(self, members: Sequence[Pod]) -> GroupDecision:
+        """Room for a whole gang, or none: every member is placed in turn on a what-if view of
+        the nodes (clones; the snapshot is never modified), on a node where it fits as things
+        are if there is one, else on the best candidate after evicting lower-priority pods
+        there (steps 2-5 for that member, on the view that already lacks the victims chosen
+        for the members before it and holds those members). Members asking most GPUs go
+        first. If any member cannot be placed, nothing is evicted. The placements use the
+        framework's Reserve on the view to learn which devices each member would hold (and
+        Unreserve at once). O(members x (nodes + candidates x (pods + GPUs))).
+        """
+        for pod in members:
+            if preemption_policy(pod) == NEVER:
+                meta = pod.get("metadata") or {}
+                return GroupDecision(
+                    None,
+                    message=f"member {meta.get('name', '')} has preemptionPolicy=Never: "
+                    "the gang does not preempt",
+                )
+        lister = self.runner.node_lister
+        view: dict[str, NodeInfo] = {}  # node -> its what-if clone
+
+        def node(name: str) -> NodeInfo | None:
+            info = view.get(name)
+            if info is None:
+                original = lister.get(name)
+                if original is None:
+                    return None
+                info = view[name] = original.clone()
+            return info
+
+        pdbs = list(self._pdbs())
+        gangs = _Gangs(self.runner)
+        victims: dict[str, Victim] = {}
+        nominations: dict[str, str] = {}
+        order = sorted(members, key=lambda p: -gpu_need(p).gpus)
+        for pod in order:
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid", ""))
+            state = CycleState()
+            _, status = self.runner.run_pre_filter(state, pod)
+            if not status.is_success:
+                return GroupDecision(None, message=f"member {meta.get('name')}: {status.message()}")
+            rank = pod_priority(pod).rank
+            need = gpu_need(pod)
+            target: str | None = None
+            for original in lister.node_infos():  # as things are (with earlier choices)
+                current = view.get(original.name, original)
+                if need.gpus and current.ledger.free_gpu_count < need.gpus:
+                    continue
+                if self.runner.run_filter(state.clone(), pod, current).is_success:
+                    target = original.name
+                    break
+            if target is None:
+                candidates: list[Candidate] = []
+                potential = [
+                    info
+                    for info in lister.node_infos()
+                    if (low := info.lowest_priority_rank) is not None and low < rank
+                ]
+                wanted = num_candidates(len(potential), self.percentage, self.absolute)
+                offset = self.rng.randrange(len(potential)) if potential else 0
+                for i in range(len(potential)):
+                    name = potential[(offset + i) % len(potential)].name
+                    what_if = node(name)
+                    assert what_if is not None
+                    chosen, violations, st = self.select_victims(
+                        state.clone(), pod, what_if, pdbs, gangs
+                    )
+                    if st.is_success:
+                        candidates.append(Candidate(name, tuple(chosen), violations))
+                        if len(candidates) >= wanted:
+                            break
+                best = self.select_candidate(candidates)
+                if best is None:
+                    return GroupDecision(
+                        None,
+                        message=f"member {meta.get('name')} fits nowhere even after evicting "
+                        "lower-priority pods: the gang does not preempt",
+                    )
+                for victim in best.victims:
+                    victims[victim.uid] = victim
+                    held = node(victim.node)
+                    if held is not None:
+                        held.remove_pod(victim.uid)
+                target = best.node
+            placed = node(target)
+            assert placed is not None
+            trial = state.clone()
+            if not self.runner.run_filter(trial, pod, placed).is_success:
+                return GroupDecision(None, message=f"member {meta.get('name')}: no longer fits")
+            reserved = self.runner.run_reserve(trial, pod, target)
+            assignment = trial.get(DEVICE_ASSIGNMENT)
+            self.runner.run_unreserve(trial, pod, target)
+            if not reserved.is_success:
+                return GroupDecision(
+                    None, message=f"member {meta.get('name')}: {reserved.message()}"
+                )
+            try:
+                placed.add_pod(pod, assignment, assumed=True)
+            except LedgerError as exc:  # a bug if it happens: the Filter just passed
+                return GroupDecision(None, message=f"member {meta.get('name')}: {exc}")
+            nominations[uid] = target
+        ordered = sorted(victims.values(), key=lambda v: (-v.priority.rank, _start_time(v.pod)))
+        return GroupDecision(nominations, tuple(ordered))
 
 
 def _summary(nodes: int, reasons: Counter[str]) -> str:

@@ -918,19 +918,27 @@ class Scheduler:
                 break
         if failure is not None:
             failed, result = failure
-            fit = fit_error_message(
-                len(domains[-1]) if domains[-1] is not None else self.snapshot.num_nodes, result
-            )
+            fit = fit_error_message(self.snapshot.num_nodes, result)
             message = (
                 f"pod group {group.key}: its {len(members)} pending members do not fit "
                 f"together (member {failed.key}: {fit})"
             )
+            nominations: Mapping[str, str] | None = None
             if group.domain_required and group.domain_message:
                 message = f"pod group {group.key}: {group.domain_message} ({fit})"
+            elif fw.has_group_post_filter() and not (result.status and result.status.is_error):
+                # Preemption for the whole gang, or none (GroupPostFilterPlugin).
+                nominations, post = fw.run_post_filter_group(group, [m.pod for m in members])
+                if post.is_error:
+                    log.error("PostFilter for pod group %s: %s", group.key, post.message())
+                if post.message():
+                    message = f"{message} {post.message()}."
             plugins = {st.plugin for st in result.statuses.values() if st.plugin}
             if result.status is not None and result.status.plugin:
                 plugins.add(result.status.plugin)
-            self._group_unschedulable(fw, members, plugins | {plugin}, message, started)
+            self._group_unschedulable(
+                fw, members, plugins | {plugin}, message, started, nominations
+            )
             return result
         # Everyone is reserved and assumed: Permit, then the binding cycles.
         for i, p in enumerate(planned):
@@ -995,13 +1003,20 @@ class Scheduler:
         plugins: set[str],
         message: str,
         started: float,
+        nominations: Mapping[str, str] | None = None,
     ) -> None:
         """The gang could not be placed: each member waits as unschedulable for an event one
-        of ``plugins`` registered for, with a FailedScheduling Event saying why."""
+        of ``plugins`` registered for, with a FailedScheduling Event saying why; with
+        ``nominations`` (a gang's preemption), each member is nominated to its node (status
+        and cache, as ``_unschedulable`` does for one pod) and retried after its backoff."""
         for info in members:
+            node = nominations.get(info.uid) if nominations else None
+            if node:
+                self.cache.nominate(info.pod, node)
             info.unschedulable_plugins = set(plugins)
+            info.nominated_node_name = node
             self.queue.add_unschedulable(info)
-            self.events.failed_scheduling(info.pod, message)
+            self.events.failed_scheduling(info.pod, message, nominated_node=node)
             self._attempt("unschedulable", fw, started)
 
     def _reserve_and_assume(

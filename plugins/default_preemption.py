@@ -51,12 +51,14 @@ from gpusched.framework import (
     BackgroundPlugin,
     Code,
     CycleState,
+    GroupPostFilterPlugin,
     Handle,
     Informer,
     InformerPlugin,
     PluginArgs,
     Pod,
     PodEventHandler,
+    PodGroup,
     PostFilterPlugin,
     PostFilterResult,
     Status,
@@ -114,17 +116,22 @@ class DefaultPreemptionArgs(PluginArgs):
 
 @dataclass(slots=True)
 class _Preemption:
-    """A preemption in flight for one preemptor."""
+    """A preemption in flight for one preemptor (or one gang)."""
 
     node: str
     pending: int
+    nominations: dict[str, str] = field(default_factory=dict)
+    """For a gang: every member's node."""
     evicted: dict[str, str] = field(default_factory=dict)
     """Victims evicted (or rejected at Permit): uid -> their node."""
     refused: list[str] = field(default_factory=list)
 
 
-class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodEventHandler):
-    """Evicts lower-priority pods for a pod that fits nowhere, and nominates it there."""
+class DefaultPreemption(
+    PostFilterPlugin, GroupPostFilterPlugin, InformerPlugin, BackgroundPlugin, PodEventHandler
+):
+    """Evicts lower-priority pods for a pod (or a whole gang) that fits nowhere, and
+    nominates it there."""
 
     NAME = NAME
     ARGS = DefaultPreemptionArgs
@@ -134,7 +141,8 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodE
         self._handle = handle
         self._pdbs: dict[str, PDB] = {}
         self._inflight: dict[str, _Preemption] = {}
-        self._work: asyncio.Queue[tuple[Pod, Candidate]] = asyncio.Queue()
+        self._work: asyncio.Queue[tuple[Pod, Candidate, str]] = asyncio.Queue()
+        """(preemptor, what to evict, the key of its in-flight record)"""
         self.evaluator = (
             Evaluator(
                 cast(FilterRunner, handle),
@@ -191,7 +199,7 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodE
             return None, Status.unschedulable(plugin=NAME)
         if candidate is not None:
             self._inflight[uid] = _Preemption(candidate.node, len(candidate.victims))
-            self._work.put_nowait((pod, candidate))
+            self._work.put_nowait((pod, candidate, uid))
             return PostFilterResult(candidate.node), Status.success()
         if self.args.reserve_without_preemption:
             node = self._closest(pod, statuses)
@@ -204,6 +212,34 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodE
         # nothing helps clears it (an empty node name), so its GPUs are held no longer.
         cleared = PostFilterResult("") if eligible else None
         return cleared, Status.unschedulable(*([why.rstrip(".")] if why else []), plugin=NAME)
+
+    def post_filter_group(
+        self, group: PodGroup, members: Sequence[Pod]
+    ) -> tuple[Mapping[str, str] | None, Status]:
+        """Room for the whole gang or nothing (:meth:`Evaluator.preempt_group`): the victims
+        of every member are evicted together, and every member is nominated."""
+        evaluator = self.evaluator
+        if evaluator is None:
+            return None, Status.unschedulable(plugin=NAME)
+        record = f"group/{group.key}"
+        flight = self._inflight.get(record)
+        if flight is not None and self._waiting_on(record) is not None:
+            return flight.nominations, Status.unschedulable(
+                "preemption: waiting for the pods evicted for the gang to go", plugin=NAME
+            )
+        try:
+            decision = evaluator.preempt_group(members)
+        except RuntimeError:  # a framework built without a scheduler (no snapshot)
+            return None, Status.unschedulable(plugin=NAME)
+        if decision.nominations is None:
+            return None, Status.unschedulable(f"preemption: {decision.message}", plugin=NAME)
+        nodes = ", ".join(sorted(set(decision.nominations.values())))
+        self._inflight[record] = _Preemption(
+            nodes, len(decision.victims), nominations=dict(decision.nominations)
+        )
+        if decision.victims:
+            self._work.put_nowait((members[0], Candidate(nodes, decision.victims), record))
+        return decision.nominations, Status.success()
 
     def _waiting_on(self, uid: str) -> str | None:
         """The node of this pod's preemption still in flight (evictions unanswered, or
@@ -266,9 +302,9 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodE
         tasks: set[asyncio.Task[None]] = set()
         try:
             while True:
-                pod, candidate = await self._work.get()
+                pod, candidate, record = await self._work.get()
                 task = asyncio.create_task(
-                    self.evict(pod, candidate), name=f"preempt-{pod_uid(pod)}"
+                    self.evict(pod, candidate, record), name=f"preempt-{pod_uid(pod)}"
                 )
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
@@ -277,14 +313,16 @@ class DefaultPreemption(PostFilterPlugin, InformerPlugin, BackgroundPlugin, PodE
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def evict(self, pod: Pod, candidate: Candidate) -> None:
-        """Evict ``candidate``'s victims for ``pod``, concurrently (module docstring)."""
-        await asyncio.gather(*(self._evict_one(pod, candidate, v) for v in candidate.victims))
+    async def evict(self, pod: Pod, candidate: Candidate, record: str | None = None) -> None:
+        """Evict ``candidate``'s victims for ``pod``, concurrently (module docstring);
+        ``record``: the key of the in-flight record (the pod's uid by default)."""
+        key = record if record is not None else pod_uid(pod)
+        await asyncio.gather(*(self._evict_one(pod, candidate, v, key) for v in candidate.victims))
 
-    async def _evict_one(self, pod: Pod, candidate: Candidate, victim: Victim) -> None:
+    async def _evict_one(self, pod: Pod, candidate: Candidate, victim: Victim, record: str) -> None:
         assert self._handle is not None
         handle = self._handle
-        flight = self._inflight.get(pod_uid(pod))
+        flight = self._inflight.get(record)
         try:
             waiting = handle.get_waiting_pod(victim.uid)
             if waiting is not None:

@@ -708,6 +708,21 @@ class Informer:
     label_selector: str | None = None
 
 
+class GroupPostFilterPlugin(abc.ABC):
+    """Mixin for a PostFilter plugin that can make room for a whole gang (preemption).
+
+    Called by the scheduler when a gang's cycle could not place every pending member.
+    All or nothing: it either starts making room for every member and nominates each, or
+    does nothing."""
+
+    @abc.abstractmethod
+    def post_filter_group(
+        self, group: PodGroup, members: Sequence[Pod]
+    ) -> tuple[Mapping[str, str] | None, Status]:
+        """``(nominations, status)``: the node nominated for every member (uid -> node), or
+        ``None`` (with why not in ``status``). Never awaits; evictions run in the background."""
+
+
 class InformerPlugin(abc.ABC):
     """Mixin: objects the plugin keeps in memory (PodGroups, PodDisruptionBudgets, ...). The
     handlers run on the event loop between scheduling cycles, so the scheduling cycle reads a

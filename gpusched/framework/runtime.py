@@ -57,6 +57,7 @@ from .interfaces import (
     EnqueueExtensions,
     EventRecorder,
     FilterPlugin,
+    GroupPostFilterPlugin,
     Informer,
     InformerPlugin,
     NodeLister,
@@ -487,6 +488,9 @@ class Framework:
         self._pod_handlers = tuple(p.on_pod for p in enabled if isinstance(p, PodEventHandler))
         self._informer_plugins = tuple(p for p in enabled if isinstance(p, InformerPlugin))
         self._background = tuple(p for p in enabled if isinstance(p, BackgroundPlugin))
+        self._group_post_filters = tuple(
+            p for p in of("postFilter", PostFilterPlugin) if isinstance(p, GroupPostFilterPlugin)
+        )
 
     def _time(self, plugin: str, fn: _F, label: str) -> _F:
         """``fn``, a method of ``plugin`` at ``label``, timed (itself without an observer)."""
@@ -735,6 +739,25 @@ class Framework:
         """The group to plan whole with ``pod`` now (``PodGroupPlugin.pod_group``)."""
         group = self._group
         return None if group is None else group.pod_group(pod)
+
+    def has_group_post_filter(self) -> bool:
+        return bool(self._group_post_filters)
+
+    def run_post_filter_group(
+        self, group: PodGroup, members: Sequence[Pod]
+    ) -> tuple[Mapping[str, str] | None, Status]:
+        """The ``GroupPostFilterPlugin``s in PostFilter order until one nominates every
+        member; else the last one's status (an exception is an Error status)."""
+        status = Status.unschedulable()
+        for plugin in self._group_post_filters:
+            name = plugin.NAME if isinstance(plugin, Plugin) else type(plugin).__name__
+            try:
+                nominations, status = plugin.post_filter_group(group, members)
+            except Exception as exc:
+                return None, _raised("PostFilter", name, exc)
+            if nominations is not None:
+                return nominations, status
+        return None, status
 
     def informers(self) -> list[Informer]:
         """Every ``InformerPlugin``'s informers. Call once, at start-up."""

@@ -26,11 +26,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from gpusched.annotations import PRIORITY, AnnotationError, parse_assignment
+from gpusched.annotations import AnnotationError, parse_assignment
 from gpusched.clock import RealClock
 from gpusched.gpu_requests.native import EXCLUSIVE, RESOURCE_SHARED_GPU
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIConflict
+from gpusched.priority import pod_priority
 from gpusched.scheduler import Scheduler
 from gpusched.sim.cluster import SimCluster
 from gpusched.sim.fleet import ClusterSpec, SimNode, build_fleet
@@ -75,11 +76,11 @@ class RunReport:
 
 
 def priority_label(pod: dict[str, Any]) -> str:
-    """How the summary names a pod's priority: its ``gpusched.io/priority`` level (0, the
-    highest, by default) and, when set, its ``spec.priority``."""
-    level = ((pod.get("metadata") or {}).get("annotations") or {}).get(PRIORITY, "0")
-    spec_priority = (pod.get("spec") or {}).get("priority")
-    return f"priority {level}" + (f" (spec.priority {spec_priority})" if spec_priority else "")
+    """How the summary names a pod's priority (:func:`gpusched.priority.pod_priority`)."""
+    priority = pod_priority(pod)
+    return f"priority {priority.level}" + (
+        f" (spec.priority {priority.value})" if priority.value else ""
+    )
 
 
 class _Observer:
