@@ -1187,8 +1187,9 @@ class Scheduler:
         appended to the FailedScheduling message; a ``PostFilterResult``'s nominated node is
         recorded in ``info.nominated_node_name`` and sends the pod to backoff, to be retried.
         The nomination is also recorded in the cache (``SchedulerCache.nominate``), which
-        keeps the node's GPUs from lower-priority pods; a result with an empty node name
-        clears a nomination the pod has (cache and status). Trying the nominated node first
+        keeps the node's GPUs from lower-priority pods; a result with an empty node name, or
+        an UnschedulableAndUnresolvable PostFilter status (the pod can never fit), clears a
+        nomination the pod has (cache and status). Trying the nominated node first
         is not done (every node is filtered again).
         """
         plugins = {s.plugin for s in result.statuses.values() if s.plugin}
@@ -1213,12 +1214,16 @@ class Scheduler:
                 # Keep the node's GPUs for it (NominatedReservation) until it is placed or
                 # deleted (the cache clears the nomination on assume and on the bound Add).
                 self.cache.nominate(info.pod, nominated)
-            elif post_result is not None and (
+            elif (
+                post_result is not None
+                or post_status.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+            ) and (
                 self.cache.clear_nomination(info.uid)
                 or (info.pod.get("status") or {}).get("nominatedNodeName")
             ):
                 # An empty node name clears the nomination, as upstream: written as "" with
-                # the condition, and the pods it kept from the node may try again.
+                # the condition, and the pods it kept from the node may try again. So does an
+                # Unresolvable verdict (a pod no node could ever take holds no node).
                 nominated = ""
                 self._emit("Pod/Delete", info.pod, None, skip=info.uid)
         if is_error:

@@ -61,8 +61,9 @@ Whole GPUs:
 - **PostFilter** (no node fits) says why when no node could *ever* take the pod: more GPUs
   than the largest node has, GPUs that exist but are MIG-partitioned (naming the MIG
   resources the nodes offer instead), or a ``Required`` rule no node meets even idle.
-  O(nodes), only for pods that fit nowhere; it nominates nothing, so preemption after it
-  still runs.
+  O(nodes), only for pods that fit nowhere. Such a sentence is UnschedulableAndUnresolvable
+  (preemption after it is not tried: evicting pods cannot help); otherwise it says nothing
+  and preemption may make room.
 - **Reserve** writes the choice on the chosen node as :data:`gpusched.framework.DEVICE_ASSIGNMENT`,
   which the scheduler assumes in its cache and DefaultBinder puts on the Binding.
 - **SignPod**: pods asking no GPUs sign alike; whole-GPU pods by ``N`` and the priority, and
@@ -1062,8 +1063,9 @@ class GPUFit(
     def post_filter(
         self, state: CycleState, pod: Pod, statuses: Mapping[str, Status]
     ) -> tuple[PostFilterResult | None, Status]:
-        """Unschedulable, with a message when no node could ever take the pod (see
-        :func:`never_fits`); it never makes room, so later PostFilter plugins still run."""
+        """UnschedulableAndUnresolvable with a message when no node could ever take the pod
+        (see :func:`never_fits`): no PostFilter after it runs, since evicting pods cannot
+        help; else Unschedulable, and preemption after it may make room."""
         request = state.get(_REQUEST)
         plan = state.get(_PLAN)
         if (request is None and plan is None) or self._handle is None:
@@ -1088,7 +1090,9 @@ class GPUFit(
             why = never_fits(request.count, nodes)
             if why is None and request.required:
                 why = self._never_meets(request, nodes)
-        return None, Status.unschedulable(*([why] if why else []), plugin=NAME)
+        if why:  # no room to make: preemption after this plugin is not tried
+            return None, Status.unresolvable(why, plugin=NAME)
+        return None, Status.unschedulable(plugin=NAME)
 
     def _never_meets(self, request: GPURequest, nodes: Sequence[NodeInfo]) -> str | None:
         """Why no node of ``nodes`` could meet the pod's required rule even with every GPU

@@ -123,8 +123,9 @@ class Reflector:
             self.missing = True
             log.warning(
                 "%s: the API server answers %s to listing %s (%s): going on without it, as if "
-                "there were none; install its CRD (deploy/crds) or grant list and watch on it "
-                "(deploy/rbac.yaml) to use it",
+                "there were none; to use it, install its CRD (gpusched's own and the gang "
+                "kinds it reads are in deploy/crds; another project's come with it) and grant "
+                "list and watch on it (deploy/rbac.yaml)",
                 self.name,
                 exc.code,
                 self.path,

@@ -98,8 +98,9 @@ def test_a_preemption_nominates_the_node_and_queues_the_evictions() -> None:
     result, status = post_filter(fw, cluster, pod)
     assert status.is_success
     assert result.nominated_node_name == "n1"
-    queued_pod, candidate = plugin._work.get_nowait()
+    queued_pod, candidate, record = plugin._work.get_nowait()
     assert queued_pod is pod
+    assert record == pod["metadata"]["uid"]
     assert sorted(v.pod["metadata"]["name"] for v in candidate.victims) == ["a6", "a7"]
     # Until the evictions are answered, the next attempt waits and keeps the nomination.
     result, status = post_filter(fw, cluster, pod)

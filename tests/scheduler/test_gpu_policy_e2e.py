@@ -168,4 +168,4 @@ async def test_without_the_policy_crds_pods_are_scheduled_with_the_defaults(
         if "going on without it" in r.message and "/apis/gpusched.io/" in r.message
     ]
     assert len(missing) == 3  # once per resource, however often it is tried
-    assert "install its CRD (deploy/crds)" in missing[0]
+    assert "install its CRD" in missing[0]

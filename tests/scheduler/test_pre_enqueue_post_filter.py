@@ -244,7 +244,11 @@ async def test_a_pre_enqueue_that_raises_gates_the_pod_with_the_error(bed: Bed) 
 async def test_post_filter_gets_every_node_once_per_failed_cycle(bed: Bed) -> None:
     config = config_with(bed, enabled("post_filter", "Recorder"))
     async with bed.running(config=config, registry=registry()) as scheduler:
-        created = await bed.create_pod(bed.pod("huge", gpus=9))  # nodes have 8 GPUs
+        # The nodes are full (a pod asking more than a node has, GPUFit would call hopeless:
+        # UnschedulableAndUnresolvable, and no PostFilter after it would run).
+        await bed.create_pods([bed.pod("full-0", gpus=8), bed.pod("full-1", gpus=8)])
+        await bed.pods_until(lambda ps: len(bound(ps)) == 2)
+        created = await bed.create_pod(bed.pod("huge", gpus=8))
         pods = await bed.pods_until(lambda ps: condition(ps["huge"]) is not None)
         message = (condition(pods["huge"]) or {})["message"]
         assert message.startswith("0/"), message
