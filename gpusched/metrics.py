@@ -11,7 +11,9 @@ Metrics a kube-scheduler dashboard or alert already reads keep their names and l
 - ``scheduler_queue_incoming_pods_total{queue,event}``;
 - ``scheduler_framework_extension_point_duration_seconds{extension_point,status,profile}``;
 - ``scheduler_plugin_execution_duration_seconds{plugin,extension_point,status}``;
-- ``scheduler_permit_wait_duration_seconds{result}``.
+- ``scheduler_permit_wait_duration_seconds{result}``;
+- ``scheduler_preemption_attempts_total`` and ``scheduler_preemption_victims`` (recorded by
+  DefaultPreemption through ``Handle.record_preemption``).
 
 The last three are recorded by a ``FrameworkObserver`` (``Metrics.observer(profile)``), the
 framework's ``Observer``: ``status`` and ``result`` are upstream's ``Code.String()``
@@ -54,6 +56,7 @@ _SLI_BUCKETS = tuple(0.01 * 2**i for i in range(20))
 _EXTENSION_BUCKETS = tuple(0.0001 * 2**i for i in range(12))
 _PLUGIN_BUCKETS = tuple(0.00001 * 1.5**i for i in range(20))
 _PERMIT_WAIT_BUCKETS = tuple(0.001 * 2**i for i in range(15))
+_VICTIM_BUCKETS = tuple(float(2**i) for i in range(7))  # upstream: ExponentialBuckets(1, 2, 7)
 
 
 class Metrics:
@@ -111,6 +114,17 @@ class Metrics:
             "Duration of waiting on permit.",
             ["result"],
             buckets=_PERMIT_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.preemption_attempts = Counter(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now",
+            registry=r,
+        )
+        self.preemption_victims = Histogram(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims",
+            buckets=_VICTIM_BUCKETS,
             registry=r,
         )
         self.bind_failures = Counter(
@@ -243,6 +257,12 @@ class FrameworkObserver:
                 status_code.label
             )
         child.observe(seconds)
+
+    def preemption(self, victims: int | None) -> None:
+        """``scheduler_preemption_attempts_total``; ``scheduler_preemption_victims``."""
+        self._metrics.preemption_attempts.inc()
+        if victims is not None:
+            self._metrics.preemption_victims.observe(victims)
 
     def __repr__(self) -> str:
         return f"<FrameworkObserver profile={self.profile!r}>"

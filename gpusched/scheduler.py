@@ -1215,8 +1215,7 @@ class Scheduler:
                 # deleted (the cache clears the nomination on assume and on the bound Add).
                 self.cache.nominate(info.pod, nominated)
             elif (
-                post_result is not None
-                or post_status.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+                post_result is not None or post_status.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE
             ) and (
                 self.cache.clear_nomination(info.uid)
                 or (info.pod.get("status") or {}).get("nominatedNodeName")

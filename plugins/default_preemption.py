@@ -187,6 +187,7 @@ class DefaultPreemption(
         if evaluator is None:
             return None, Status.unschedulable(plugin=NAME)
         uid = pod_uid(pod)
+        assert self._handle is not None
         waiting = self._waiting_on(uid)
         if waiting is not None:
             return PostFilterResult(waiting), Status.unschedulable(
@@ -197,6 +198,7 @@ class DefaultPreemption(
             candidate, why, eligible = evaluator.preempt(pod, statuses)
         except RuntimeError:  # a framework built without a scheduler (no snapshot)
             return None, Status.unschedulable(plugin=NAME)
+        self._handle.record_preemption(len(candidate.victims) if candidate else None)
         if candidate is not None:
             self._inflight[uid] = _Preemption(candidate.node, len(candidate.victims))
             self._work.put_nowait((pod, candidate, uid))
@@ -231,6 +233,10 @@ class DefaultPreemption(
             decision = evaluator.preempt_group(members)
         except RuntimeError:  # a framework built without a scheduler (no snapshot)
             return None, Status.unschedulable(plugin=NAME)
+        assert self._handle is not None
+        self._handle.record_preemption(
+            len(decision.victims) if decision.nominations is not None else None
+        )
         if decision.nominations is None:
             return None, Status.unschedulable(f"preemption: {decision.message}", plugin=NAME)
         nodes = ", ".join(sorted(set(decision.nominations.values())))

@@ -363,6 +363,12 @@ class Handle(Protocol):
         """Reject a waiting pod; False if no such pod is waiting (or it was decided)."""
         ...
 
+    def record_preemption(self, victims: int | None) -> None:
+        """Count a preemption attempt (``scheduler_preemption_attempts_total``) and, when it
+        chose victims, their number (``scheduler_preemption_victims``), as upstream's
+        DefaultPreemption does. A no-op in a framework built without metrics."""
+        ...
+
     def group_key(self, pod: Pod) -> str | None:
         """The key of the pod group (gang) the pod belongs to, from the profile's
         :class:`PodGroupPlugin` (``None``: no group, or no such plugin). Cheap: a label or

@@ -149,6 +149,10 @@ class Observer(Protocol):
     def plugin_duration(self, plugin: str, point: str, status_code: Code, seconds: float) -> None:
         """``scheduler_plugin_execution_duration_seconds{plugin, extension_point, status}``"""
 
+    def preemption(self, victims: int | None) -> None:
+        """``scheduler_preemption_attempts_total``, and with ``victims`` (a candidate was
+        chosen) ``scheduler_preemption_victims``."""
+
     def permit_wait_duration(self, status_code: Code, seconds: float) -> None:
         """``scheduler_permit_wait_duration_seconds{result}``"""
 
@@ -739,6 +743,11 @@ class Framework:
         """The group to plan whole with ``pod`` now (``PodGroupPlugin.pod_group``)."""
         group = self._group
         return None if group is None else group.pod_group(pod)
+
+    def record_preemption(self, victims: int | None) -> None:
+        """A preemption attempt (``Handle.record_preemption``), for the metrics."""
+        if self._observer is not None:
+            self._observer.preemption(victims)
 
     def has_group_post_filter(self) -> bool:
         return bool(self._group_post_filters)

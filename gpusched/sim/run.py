@@ -388,7 +388,7 @@ def summary(report: RunReport, spec: ClusterSpec, workload: Workload) -> str:
         "",
         f"workload {workload.name} on {spec.name}: {report.elapsed:.1f}s",
         f"  pods: {report.created} created, {report.bound} bound, {report.succeeded} succeeded, "
-        f"{report.failed} failed, {len(report.pending)} pending",
+        f"{report.failed} failed, {report.preempted} preempted, {len(report.pending)} pending",
     ]
     if report.latencies:
         lines.append(
@@ -406,7 +406,10 @@ def summary(report: RunReport, spec: ClusterSpec, workload: Workload) -> str:
                 f"max {max(values) * 1000:.0f} ms"
             )
     if report.preempted:
-        lines.append(f"  preempted: {report.preempted} pods evicted for higher-priority pods")
+        lines.append(
+            f"  preempted: {report.preempted} pods evicted for higher-priority pods (the "
+            "workload's pods have no controller to create them again)"
+        )
     for pool, total in sorted(report.gpu_seconds_total.items()):
         if total:
             used = report.gpu_seconds_used.get(pool, 0.0)

@@ -68,7 +68,7 @@ async def events_until(bed: Bed, reason: str, count: int = 1) -> list[dict[str, 
 
 async def test_preemption_frees_a_node_for_a_priority_0_8_gpu_pod(bed: Bed) -> None:
     (node,) = await bed.add_nodes(1, "dgx-h100")
-    async with bed.running():
+    async with bed.running() as scheduler:
         await fill(bed, "low", 2)
         big = await bed.create_pod(gpu_pod(bed, "big", 8, 0))
         # Lower-priority pods keep arriving while the victims go.
@@ -82,6 +82,9 @@ async def test_preemption_frees_a_node_for_a_priority_0_8_gpu_pod(bed: Bed) -> N
         uid = big["metadata"]["uid"]
         assert set(messages.values()) == {f"Preempted by pod {uid} on node {node}"}
         assert_no_double_booking(pods, await bed.leases())
+        metrics = scheduler.metrics.render().decode()
+        assert "scheduler_preemption_attempts_total" in metrics
+        assert 'scheduler_preemption_victims_bucket{le="8.0"} 1.0' in metrics, metrics
 
 
 @contextlib.asynccontextmanager
