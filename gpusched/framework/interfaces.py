@@ -69,6 +69,7 @@ __all__ = [
     "EnqueueExtensions",
     "EventRecorder",
     "FilterPlugin",
+    "GroupPostFilterPlugin",
     "Handle",
     "Informer",
     "InformerHandler",
