@@ -511,6 +511,7 @@ class Evaluator:
         victims: dict[str, Victim] = {}
         nominations: dict[str, str] = {}
         order = sorted(members, key=lambda p: -gpu_need(p).gpus)
+        potentials: dict[int, list[NodeInfo]] = {}  # rank -> nodes running a pod below it
         for pod in order:
             meta = pod.get("metadata") or {}
             uid = str(meta.get("uid", ""))
@@ -530,11 +531,13 @@ class Evaluator:
                     break
             if target is None:
                 candidates: list[Candidate] = []
-                potential = [
-                    info
-                    for info in lister.node_infos()
-                    if (low := info.lowest_priority_rank) is not None and low < rank
-                ]
+                potential = potentials.get(rank)
+                if potential is None:  # once per priority (a gang's members share one)
+                    potential = potentials[rank] = [
+                        info
+                        for info in lister.node_infos()
+                        if (low := info.lowest_priority_rank) is not None and low < rank
+                    ]
                 wanted = num_candidates(len(potential), self.percentage, self.absolute)
                 offset = self.rng.randrange(len(potential)) if potential else 0
                 for i in range(len(potential)):
@@ -550,10 +553,14 @@ class Evaluator:
                             break
                 best = self.select_candidate(candidates)
                 if best is None:
+                    why = (
+                        "fits nowhere even after evicting lower-priority pods"
+                        if potential
+                        else "fits nowhere, and no pod of lower priority runs to evict"
+                    )
                     return GroupDecision(
                         None,
-                        message=f"member {meta.get('name')} fits nowhere even after evicting "
-                        "lower-priority pods: the gang does not preempt",
+                        message=f"member {meta.get('name')} {why}: the gang does not preempt",
                     )
                 for victim in best.victims:
                     victims[victim.uid] = victim

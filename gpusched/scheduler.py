@@ -85,7 +85,14 @@ from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIError, APINotFound
 from gpusched.kube.reflector import Reflector
 from gpusched.metrics import Metrics
-from gpusched.queue import QueueClosed, QueuedPodInfo, SchedulingQueue
+from gpusched.queue import (
+    ACTIVE,
+    BACKOFF,
+    UNSCHEDULABLE,
+    QueueClosed,
+    QueuedPodInfo,
+    SchedulingQueue,
+)
 from gpusched.replicas import MEMBER_LABEL, Membership
 from gpusched.reservation_book import ReservationBook, phantom_key
 from gpusched.reservations import (
@@ -105,6 +112,8 @@ __all__ = ["Scheduler", "SchedulingResult"]
 log = logging.getLogger(__name__)
 
 _TERMINAL = ("Succeeded", "Failed")
+_TAKEABLE = frozenset({ACTIVE, BACKOFF, UNSCHEDULABLE})
+"""Where a gang's cycle may take a sibling from (``SchedulingQueue.take``)."""
 _MIN_FEASIBLE_NODES_TO_FIND = 100
 _MIN_FEASIBLE_NODES_PERCENTAGE = 5
 
@@ -649,6 +658,16 @@ class Scheduler:
         if nominated and self.cache.nominated_node(uid) != nominated:
             # Another replica's nomination, or ours from before a restart: keep its GPUs too.
             self.cache.nominate(pod, nominated)
+        elif (
+            not nominated
+            and old is not None
+            and (old.get("status") or {}).get("nominatedNodeName")
+            and self.cache.clear_nomination(uid)
+        ):
+            # Cleared in the pod's status (by the replica that owns it): the GPUs it held
+            # are free for others. Only on that transition, so that an older view of the pod
+            # does not undo a nomination this replica has just made.
+            self._emit("Pod/Delete", pod, None, skip=uid)
         if uid in self._binding or self.cache.is_assumed(uid):
             return  # our decision is being bound; this is an older view of the pod
         if not self._takes(pod, spec["schedulerName"]):
@@ -891,29 +910,64 @@ class Scheduler:
         unschedulable. The siblings are taken out of the queue (``SchedulingQueue.take``);
         members gated, in flight or not yet created are not planned, and if the rest cannot
         reach ``min_member`` nothing is. Never awaits. O(members x a cycle)."""
-        members = [first]
-        for uid in group.pending:
-            if uid != first.uid and not self.cache.is_assumed(uid) and uid not in self._binding:
-                taken = self.queue.take(uid)
-                if taken is not None:
-                    members.append(taken)
         plugin = fw.group_plugin_name
-        short = group.min_member - group.placed - len(members)
-        if short > 0:
+        need = group.min_member - group.placed
+        takeable = [
+            uid
+            for uid in group.pending
+            if uid != first.uid
+            and uid not in self._binding
+            and not self.cache.is_assumed(uid)
+            and self.queue.location(uid) in _TAKEABLE
+        ]
+        if 1 + len(takeable) < need:
+            # Too few members can be planned now: only the popped one waits (its siblings
+            # stay where they are, so members arriving one by one cost one cycle each).
             message = (
                 f"pod group {group.key} needs {group.min_member} members; "
-                f"{group.placed + len(members)} can be scheduled now (the others are not "
+                f"{group.placed + 1 + len(takeable)} can be scheduled now (the others are not "
                 f"created yet, gated, or being scheduled): nothing is reserved until they are"
             )
-            self._group_unschedulable(fw, members, {plugin}, message, started)
+            self._group_unschedulable(fw, [first], {plugin}, message, started)
             return SchedulingResult(None, status=Status.unschedulable(message, plugin=plugin))
+        members = [first]
+        for uid in takeable:
+            taken = self.queue.take(uid)
+            if taken is not None:
+                members.append(taken)
+        try:
+            return self._plan_group(fw, members, group, need, started)
+        except Exception as exc:  # a bug: every member backs off, the scheduler goes on
+            log.exception("scheduling pod group %s failed", group.key)
+            for info in members:
+                if info.uid in self._binding:
+                    continue  # its binding cycle started: it ends there
+                with contextlib.suppress(ValueError):  # already returned by the failing code
+                    self.queue.requeue_after_error(info)
+                self.events.failed_scheduling(
+                    info.pod, f"scheduler error: {exc}", reason="SchedulerError"
+                )
+                self._attempt("error", fw, started)
+            return SchedulingResult(None, status=Status.error(exc))
+
+    def _plan_group(
+        self,
+        fw: Framework,
+        members: list[QueuedPodInfo],
+        group: PodGroup,
+        need: int,
+        started: float,
+    ) -> SchedulingResult:
+        """The body of :meth:`_schedule_group` once its members are taken."""
+        plugin = fw.group_plugin_name
         domains: tuple[frozenset[str] | None, ...] = group.domains or (None,)
         if not group.domain_required and group.domains:
             domains = (*group.domains, None)
         failure: tuple[QueuedPodInfo, SchedulingResult] | None = None
         planned: list[_Planned] = []
+        left_out: list[tuple[QueuedPodInfo, SchedulingResult]] = []
         for domain in domains:
-            planned, failure = self._plan_members(fw, members, domain, plugin)
+            planned, failure, left_out = self._plan_members(fw, members, domain, plugin, need)
             if failure is None:
                 break
         if failure is not None:
@@ -926,7 +980,11 @@ class Scheduler:
             nominations: Mapping[str, str] | None = None
             if group.domain_required and group.domain_message:
                 message = f"pod group {group.key}: {group.domain_message} ({fit})"
-            elif fw.has_group_post_filter() and not (result.status and result.status.is_error):
+            elif (
+                fw.has_group_post_filter()
+                and not group.domain_required  # preemption does not know domains
+                and not (result.status and result.status.is_error)
+            ):
                 # Preemption for the whole gang, or none (GroupPostFilterPlugin).
                 nominations, post = fw.run_post_filter_group(group, [m.pod for m in members])
                 if post.is_error:
@@ -957,6 +1015,10 @@ class Scheduler:
                 return SchedulingResult(None, status=status)
         for p in planned:
             self._start_binding(fw, p.state, p.info, p.node, p.assignment, started)
+        for info, result in left_out:
+            # Beyond min_member and fitting nowhere now: it waits on its own, and joins the
+            # running gang when it fits (the group then plans no more).
+            self._unschedulable(fw, CycleState(), info, result, started)
         head = planned[0]
         return SchedulingResult(head.node, assignment=head.assignment)
 
@@ -966,28 +1028,47 @@ class Scheduler:
         members: list[QueuedPodInfo],
         within: frozenset[str] | None,
         plugin: str,
-    ) -> tuple[list[_Planned], tuple[QueuedPodInfo, SchedulingResult] | None]:
-        """Place, reserve and assume each member in turn (on nodes ``within``, or anywhere);
-        on the first that does not fit, undo the others and return it with its result."""
+        need: int,
+    ) -> tuple[
+        list[_Planned],
+        tuple[QueuedPodInfo, SchedulingResult] | None,
+        list[tuple[QueuedPodInfo, SchedulingResult]],
+    ]:
+        """Place, reserve and assume each member in turn (on nodes ``within``, or anywhere).
+        A member that fits nowhere is left out while the others can still make ``need``
+        (members beyond ``min_member`` are optional); once they cannot, everything planned is
+        undone and that member is returned with its result. Returns the planned members, the
+        failure, and the members left out with why."""
         planned: list[_Planned] = []
-        for info in members:
-            pod = info.pod
-            state = CycleState()
-            self.cache.update_snapshot(self.snapshot)
-            result = self.find_placement(fw, state, pod, within=within, within_plugin=plugin)
-            if result.node is None:
+        left_out: list[tuple[QueuedPodInfo, SchedulingResult]] = []
+        try:
+            for i, info in enumerate(members):
+                pod = info.pod
+                state = CycleState()
+                self.cache.update_snapshot(self.snapshot)
+                result = self.find_placement(fw, state, pod, within=within, within_plugin=plugin)
+                assignment: Assignment | None = None
+                if result.node is not None:
+                    try:
+                        assignment, status = self._reserve_and_assume(fw, state, pod, result.node)
+                    except CacheError as exc:
+                        status = Status.error(exc)
+                    if assignment is None:
+                        result = SchedulingResult(None, status=status)
+                if result.node is not None and assignment is not None:
+                    planned.append(_Planned(info, state, result.node, assignment))
+                    continue
+                if len(planned) + len(members) - i - 1 >= need and not (
+                    result.status is not None and result.status.is_error
+                ):
+                    left_out.append((info, result))
+                    continue
                 self._unplan(fw, planned)
-                return [], (info, result)
-            node = result.node
-            try:
-                assignment, status = self._reserve_and_assume(fw, state, pod, node)
-            except CacheError as exc:
-                assignment, status = None, Status.error(exc)
-            if assignment is None:
-                self._unplan(fw, planned)
-                return [], (info, SchedulingResult(None, status=status))
-            planned.append(_Planned(info, state, node, assignment))
-        return planned, None
+                return [], (info, result), []
+        except BaseException:
+            self._unplan(fw, planned)
+            raise
+        return planned, None, left_out
 
     def _unplan(self, fw: Framework, planned: list[_Planned]) -> None:
         """Undo ``_plan_members``: unreserve and forget each member, latest first."""
@@ -1008,16 +1089,24 @@ class Scheduler:
         """The gang could not be placed: each member waits as unschedulable for an event one
         of ``plugins`` registered for, with a FailedScheduling Event saying why; with
         ``nominations`` (a gang's preemption), each member is nominated to its node (status
-        and cache, as ``_unschedulable`` does for one pod) and retried after its backoff."""
+        and cache, as ``_unschedulable`` does for one pod) and retried after its backoff;
+        without, a nomination a member has is cleared (cache and status)."""
+        cleared = False
         for info in members:
             node = nominations.get(info.uid) if nominations else None
             if node:
                 self.cache.nominate(info.pod, node)
+            elif self.cache.clear_nomination(info.uid) or (info.pod.get("status") or {}).get(
+                "nominatedNodeName"
+            ):
+                node, cleared = "", True  # no room is being made: the nomination goes
             info.unschedulable_plugins = set(plugins)
-            info.nominated_node_name = node
+            info.nominated_node_name = node or None
             self.queue.add_unschedulable(info)
             self.events.failed_scheduling(info.pod, message, nominated_node=node)
             self._attempt("unschedulable", fw, started)
+        if cleared:  # the GPUs the members held are free for the pods they kept out
+            self._emit("Pod/Delete", members[0].pod, None, skip=members[0].uid)
 
     def _reserve_and_assume(
         self, fw: Framework, state: CycleState, pod: dict[str, Any], node: str

@@ -23,6 +23,8 @@ labels and annotations (O(1)); PreBind is one dict lookup.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Self
 
@@ -56,6 +58,8 @@ from gpusched.gangs.spec import Form
 from gpusched.gangs.status import StatusWriter
 
 __all__ = ["NAME", "Coscheduling", "CoschedulingArgs"]
+
+log = logging.getLogger(__name__)
 
 NAME: Final = "Coscheduling"
 
@@ -222,5 +226,10 @@ class Coscheduling(
         clock = self.handle.clock
         while True:
             await clock.sleep(self.args.status_period_seconds)
-            self._activate(self.manager.backoffs_expired())
-            await self.writer.flush()
+            try:
+                self._activate(self.manager.backoffs_expired())
+                await self.writer.flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad round must not end the backoffs and status for good
+                log.exception("Coscheduling: activating backoffs or writing status failed")

@@ -1064,6 +1064,10 @@ class Framework:
         except Exception as exc:
             return _raised("Permit", name, exc)
         if not waits:
+            # A waiting entry left by an earlier attempt (rejected while nothing waited on
+            # it) must not reject this one in wait_on_permit.
+            if self._waiting:
+                self._waiting.pop(_uid(pod), None)
             return SUCCESS
         waiting = _WaitingPod(pod, waits, self._clock)
         previous = self._waiting.get(waiting.uid)

@@ -393,7 +393,10 @@ class GangManager:
             for u, m in group.members.items()
             if m.state is MemberState.PENDING and u not in group.reserved
         ]
-        gpus = sum(m.gpus for m in pending)
+        # The GPUs the gang cannot run without: its smallest members up to min_member (those
+        # beyond it are optional, and are planned only where they fit).
+        need = max(spec.min_member - group.placed, 0)
+        gpus = sum(sorted(m.gpus for m in pending)[:need])
         domains, required, message = self._domains(spec, gpus, nodes)
         group.plan = Plan(group.key)
         if group.schedule_start is None:
@@ -424,9 +427,9 @@ class GangManager:
                 return (
                     (frozenset(),),
                     True,
-                    f"its pending members need {gpus} GPUs together, more than the "
-                    f"{total} the cluster has: it can never run whole; lower its minimum "
-                    f"member count or ask for fewer GPUs per member",
+                    f"its {spec.min_member} required members need {gpus} GPUs together, more "
+                    f"than the {total} the cluster has: it can never run whole; lower its "
+                    f"minimum member count or ask for fewer GPUs per member",
                 )
         if nodes is None or not keys or (gpus == 0 and not required):
             return (), False, ""
@@ -551,10 +554,15 @@ class GangManager:
                         await task
             if not plan.released:
                 missing = len(plan.members - plan.arrived)
-                plan.break_(
+                if plan.break_(
                     f"{missing} of {len(plan.members)} members did not reach the binding "
                     f"barrier within {timeout:g}s"
-                )
+                ):
+                    group = self.groups.get(plan.key)
+                    if group is not None and self.backoff_seconds > 0:
+                        # As a plan broken by an Unreserve: the gang backs off.
+                        group.backoff_until = self.clock.monotonic() + self.backoff_seconds
+                        self._touch(group)
         if self._plan_of.get(uid) is plan:
             del self._plan_of[uid]
         return "" if plan.released else plan.broken

@@ -334,5 +334,5 @@ def test_a_gang_larger_than_the_cluster_is_told_it_never_fits(manager: GangManag
     assert group.domains == (frozenset(),)
     assert group.domain_required
     assert group.domain_message.startswith(
-        "its pending members need 24 GPUs together, more than the 16 the cluster has"
+        "its 3 required members need 24 GPUs together, more than the 16 the cluster has"
     )

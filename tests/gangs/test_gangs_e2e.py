@@ -388,3 +388,18 @@ async def no_reservations_of(bed: Bed, name: str) -> None:
         )
 
     await objects_until(bed.kube, bed.leases_path, gone)
+
+
+async def test_members_beyond_min_member_are_optional(bed: Bed) -> None:
+    """An elastic gang (minMember 2 of 3 members, 8 GPUs each, 16 GPUs in all): the two that
+    fit run; the third waits on its own instead of holding the gang back."""
+    await bed.kube.create(sp_path(bed), sp_group("elastic", 2))
+    async with bed.running() as scheduler:
+        await bed.create_pods(sp_member(bed, f"e{i}", "elastic", gpus=8) for i in range(3))
+        pods = await settled(bed, lambda ps: len(bound(ps)) == 2 and len(ps) == 3)
+        (waiting,) = [n for n in pods if n not in bound(pods)]
+        assert "Insufficient nvidia.com/gpu" in gated_message(pods[waiting]), gated_message(
+            pods[waiting]
+        )
+        assert not scheduler.cache.is_assumed(pods[waiting]["metadata"]["uid"])
+        assert_no_double_booking(pods, await bed.leases())

@@ -203,6 +203,24 @@ async def test_a_nomination_written_by_another_replica_is_kept(bed: Bed) -> None
         assert pods["low"]["spec"]["nodeName"] == node
 
 
+async def test_a_nomination_cleared_by_another_replica_frees_the_node(bed: Bed) -> None:
+    """The replica that owns a pod clears its nomination in the pod's status: every other
+    replica's cache drops it too, and the pods it held off the node may take it."""
+    (node,) = await bed.add_nodes(1, "dgx-h100")
+    async with bed.running(), never_class(bed) as cls:
+        body = gpu_pod(bed, "huge", 16, 0)
+        body["spec"]["priorityClassName"] = cls
+        await bed.create_pod(body)
+        await bed.pods_until(lambda ps: bool(waiting(ps.get("huge", {}))))
+        status = f"{bed.pods_path}/huge/status"
+        await bed.kube.patch(status, {"status": {"nominatedNodeName": node}})
+        await bed.create_pod(gpu_pod(bed, "low", 1, 2))
+        await bed.pods_until(lambda ps: REASON_HELD in waiting(ps.get("low", {})))
+        await bed.kube.patch(status, {"status": {"nominatedNodeName": None}})
+        pods = await bed.pods_until(lambda ps: "low" in bound(ps))
+        assert pods["low"]["spec"]["nodeName"] == node
+
+
 async def test_a_nomination_that_no_longer_helps_is_cleared(bed: Bed) -> None:
     """An eligible pod whose preemption finds nothing has its nomination cleared (upstream's
     empty node name): ``status.nominatedNodeName`` goes, and the node's GPUs with it."""
