@@ -174,9 +174,14 @@ class DefaultPreemption(
             self._pdbs[key] = pdb
 
     def on_pod(self, kind: str, pod: Pod, old: Pod | None) -> None:
-        """A preemptor deleted or bound: its preemption record goes."""
+        """A preemptor deleted or bound: its preemption record goes (a gang's, when one of
+        its members is bound: the room was made)."""
         if self._inflight and (kind == "DELETED" or (pod.get("spec") or {}).get("nodeName")):
             self._inflight.pop(pod_uid(pod), None)
+            if self._handle is not None and (pod.get("spec") or {}).get("nodeName"):
+                key = self._handle.group_key(pod)
+                if key is not None:
+                    self._inflight.pop(f"group/{key}", None)
 
     # -- PostFilter --------------------------------------------------------------------------
 

@@ -292,7 +292,7 @@ class GangManager:
         self._lose(group, member, how, member.state)
         if not group.members and not self._has_object(group):
             self.groups.pop(key, None)
-            self.dirty.discard(key)
+            self.dirty.add(key)  # the status writer forgets it on its next pass
             return
         self._touch(group)
 

@@ -172,6 +172,7 @@ class StatusWriter:
             key = manager.dirty.pop()
             group = manager.groups.get(key)
             if group is None:
+                self._told.pop(key, None)  # the group is gone: so is what we told of it
                 continue
             why = group.unschedulable or group.waits_for
             if why and self._told.get(key) != why and not self._scheduled(group):
