@@ -19,7 +19,9 @@ on the metrics port. ``/readyz`` is 200 when the replica can do its part: withou
 its last attempt read the leader Lease (it can take over). It exits 0 after SIGTERM or SIGINT
 (the leader first stops scheduling, then releases the leader Lease so that a standby takes
 over at once), and 1 when leadership is lost ("leaderelection lost", as kube-scheduler) or the
-scheduler crashes (logged with its traceback), so that the kubelet restarts it.
+scheduler crashes (logged with its traceback), so that the kubelet restarts it. What the
+cluster lacks for it (CRDs, the reservation namespace, RBAC) is logged with the command that
+fixes it, and checked again until fixed, while it runs (:mod:`gpusched.preflight`).
 
 Plugins: the in-tree ones and those installed packages declare under the ``gpusched.plugins``
 entry-point group (docs/plugins.md). Errors in what the user gave (an unknown cluster name, a

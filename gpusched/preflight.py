@@ -425,9 +425,12 @@ class Preflight:
             if key not in self.problems:
                 level = logging.ERROR if problem.severity == "error" else logging.WARNING
                 log.log(level, "preflight: %s", problem)
+        if self.checks == 1 and found:
+            log.warning("preflight: to install everything gpusched needs at once: %s", ALL_FIX)
         for key, problem in self.problems.items():
             if key not in now:
-                log.info("preflight: resolved: %s", problem.what)
+                # WARNING, as the line it answers: shown at the default log level.
+                log.warning("preflight: resolved: %s", problem.what)
         self.problems = now
         if self._gauge is not None:
             for severity in ("error", "warning"):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -193,6 +195,7 @@ async def test_recheck_logs_resolved_and_stops(
     resolved = [r.getMessage() for r in caplog.records if "resolved:" in r.getMessage()]
     assert len(resolved) == 2
     assert [len(s) for s in seen] == [2, 1, 0]
+    assert sum("kubectl apply -k deploy/" in r.getMessage() for r in caplog.records) == 1
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 2  # each problem logged once, not on every check
 
@@ -218,6 +221,39 @@ async def test_scheduler_ready_without_inventory_crd_then_sees_it(sim: SimCluste
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await scheduler.kube.close()
+
+
+async def test_scheduler_command_logs_what_is_missing(sim: SimCluster, tmp_path: Path) -> None:
+    """``gpusched scheduler`` against a cluster without the inventory CRD and namespace: one
+    ERROR line each with its fix, and it keeps running (a SIGTERM stops it gracefully)."""
+    await _remove_crd(sim.kube, INVENTORY_CRD)
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kc")
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gpusched", "scheduler", "--kubeconfig", str(kubeconfig)),
+        *("--metrics-port", "0"),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(60):  # a bound for a broken build, not a timing
+            while sum("ERROR gpusched.preflight" in line for line in lines) < 2:
+                line = (await process.stderr.readline()).decode()
+                assert line, "".join(lines)
+                lines.append(line)
+        assert process.returncode is None  # still running
+    finally:
+        process.send_signal(signal.SIGTERM)
+        rest = await process.stderr.read()
+        await process.wait()
+    errors = [line for line in lines if "ERROR gpusched.preflight" in line]
+    assert any(f"kubectl apply -f deploy/crds/{INVENTORY_CRD}.yaml" in line for line in errors), (
+        errors
+    )
+    assert any("kubectl apply -f deploy/namespace.yaml" in line for line in errors), errors
+    assert process.returncode == 0, rest.decode()
 
 
 # ------------------------------------------------------------------ deploy/ in step
