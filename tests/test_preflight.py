@@ -295,10 +295,16 @@ def test_crds_equal_deploy_crds() -> None:
         ({}, 422),
         ({"resourceAttributes": {"verb": "get"}, "nonResourceAttributes": {"verb": "get"}}, 422),
         ({"nonResourceAttributes": {"verb": "get", "path": "/healthz"}}, 201),
+        ({"resourceAttributes": {"verb": "get"}, "metadata": {"name": "x"}}, 422),
     ],
 )
 async def test_sim_review_validation(sim: SimCluster, spec: dict[str, Any], code: int) -> None:
-    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview"}
+    body: dict[str, Any] = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+    }
+    if "metadata" in spec:  # ValidateSelfSubjectAccessReview: metadata must be empty
+        body["metadata"] = spec.pop("metadata")
     if code == 201:
         answer = await sim.kube.create(REVIEWS, {**body, "spec": spec})
         assert answer["status"] == {"allowed": True}
@@ -307,6 +313,7 @@ async def test_sim_review_validation(sim: SimCluster, spec: dict[str, Any], code
     with pytest.raises(APIError) as info:
         await sim.kube.create(REVIEWS, {**body, "spec": spec})
     assert info.value.code == code
+    assert info.value.status["details"]["kind"] == "SelfSubjectAccessReview"
 
 
 async def test_sim_reviews_are_create_only(sim: SimCluster) -> None:

@@ -6,8 +6,8 @@ denials (:attr:`AccessReviews.denied`) to play a service account whose Role lack
 turns the resource off (:attr:`AccessReviews.served` False) to play an API server that does not
 serve it (404). Create only, never stored (the real REST storage is ``rest.Creater`` alone):
 the answer is the request with ``status`` filled in. Validation is upstream's
-``ValidateSelfSubjectAccessReviewSpec`` (exactly one of resourceAttributes and
-nonResourceAttributes). Costs nothing until a client asks.
+``ValidateSelfSubjectAccessReview`` (exactly one of resourceAttributes and
+nonResourceAttributes; empty metadata). Costs nothing until a client asks.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.sim import errors
-from gpusched.sim.field import OMIT, ErrorType, FieldError
+from gpusched.sim.field import ErrorType, FieldError, struct
 
 __all__ = ["GROUP", "PATH", "AccessReviews"]
 
@@ -55,7 +55,7 @@ class AccessReviews:
                 FieldError(
                     "spec.nonResourceAttributes",
                     ErrorType.INVALID,
-                    OMIT,
+                    struct(non_resource),
                     "cannot be specified in combination with resourceAttributes",
                 )
             )
@@ -64,9 +64,14 @@ class AccessReviews:
                 FieldError(
                     "spec.resourceAttributes",
                     ErrorType.INVALID,
-                    OMIT,
+                    None,
                     "exactly one of nonResourceAttributes or resourceAttributes must be specified",
                 )
+            )
+        metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+        if metadata:
+            errs.append(
+                FieldError("metadata", ErrorType.INVALID, struct(metadata), "must be empty")
             )
         if errs:
             raise errors.invalid("SelfSubjectAccessReview", GROUP, "", errs)
