@@ -330,7 +330,11 @@ async def _check_permissions(kube: Kube, namespace: str) -> list[Problem]:
         for rule, verb, group, res in asks
     ]
     first = await _allowed(kube, *calls[0])
-    answers = [first, *await asyncio.gather(*(_allowed(kube, *c) for c in calls[1:]))]
+    rest = await asyncio.gather(*(_allowed(kube, *c) for c in calls[1:]), return_exceptions=True)
+    for answer in rest:
+        if isinstance(answer, BaseException):
+            raise answer  # all have finished: no exception is left unretrieved
+    answers = [first, *(bool(a) for a in rest)]
     denied: dict[tuple[Rule, str, str], list[str]] = {}
     for (rule, verb, group, res), ok in zip(asks, answers, strict=True):
         if not ok:
@@ -440,13 +444,17 @@ class Preflight:
         return found
 
     async def run(self) -> None:
-        """Check until nothing is missing; an API error is logged and retried next period."""
+        """Check until nothing is missing; an error is logged and the check retried next
+        period (the scheduler, in its own tasks, is never stopped by this one)."""
         while True:
             try:
                 found = await self.check()
             except APIError as exc:
                 log.warning("preflight: could not check the cluster (%s); retrying", exc)
                 found = [Problem("check", "warning", "preflight check failed", str(exc), "")]
+            except Exception as exc:  # a bug here must not stop the checks, nor the scheduler
+                log.exception("preflight: the check failed; retrying")
+                found = [Problem("check", "warning", "preflight check failed", repr(exc), "")]
             if not found:
                 if self.checks > 1:
                     log.info("preflight: everything gpusched needs is in place")

@@ -23,6 +23,7 @@ from gpusched.kube.errors import APIError
 from gpusched.preflight import CRDS, SCHEDULER_RULES, Preflight, Problem, preflight
 from gpusched.scheduler import Scheduler
 from gpusched.sim import SimCluster
+from gpusched.sim.faults import FaultRule
 from gpusched.sim.fleet import ensure_crd
 
 pytestmark = pytest.mark.simonly
@@ -198,6 +199,21 @@ async def test_recheck_logs_resolved_and_stops(
     assert sum("kubectl apply -k deploy/" in r.getMessage() for r in caplog.records) == 1
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 2  # each problem logged once, not on every check
+
+
+async def test_a_failed_check_is_retried(sim: SimCluster) -> None:
+    await _create_namespace(sim.kube, "gpusched-system")
+    sim.faults.set([FaultRule("get", "namespaces", 1.0, 500)])
+    clock = FakeClock()
+    checks = Preflight(sim.kube, default_config(), clock)
+    task = asyncio.create_task(checks.run())
+    await clock.wait_for_sleepers(1)  # failed, logged, waiting to retry
+    assert not task.done()
+    sim.faults.clear()
+    await clock.advance(30.0)
+    await task
+    assert checks.problems == {}
+    assert checks.checks == 2
 
 
 async def test_scheduler_ready_without_inventory_crd_then_sees_it(sim: SimCluster) -> None:
