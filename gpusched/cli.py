@@ -19,7 +19,9 @@ on the metrics port. ``/readyz`` is 200 when the replica can do its part: withou
 its last attempt read the leader Lease (it can take over). It exits 0 after SIGTERM or SIGINT
 (the leader first stops scheduling, then releases the leader Lease so that a standby takes
 over at once), and 1 when leadership is lost ("leaderelection lost", as kube-scheduler) or the
-scheduler crashes (logged with its traceback), so that the kubelet restarts it.
+scheduler crashes (logged with its traceback), so that the kubelet restarts it. What the
+cluster lacks for it (CRDs, the reservation namespace, RBAC) is logged with the command that
+fixes it, and checked again until fixed, while it runs (:mod:`gpusched.preflight`).
 
 Plugins: the in-tree ones and those installed packages declare under the ``gpusched.plugins``
 entry-point group (docs/plugins.md). Errors in what the user gave (an unknown cluster name, a
@@ -490,6 +492,7 @@ async def _run_scheduler(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from gpusched.framework import ConfigError, RegistryError, default_config, load_config
     from gpusched.leader import LeaderElectionConfig, LeaderElector
     from gpusched.metrics import Metrics, OperationsServer
+    from gpusched.preflight import Preflight
     from gpusched.scheduler import Scheduler
 
     try:
@@ -546,13 +549,17 @@ async def _run_scheduler(args: argparse.Namespace, stop: asyncio.Event) -> int:
     else:
         work = asyncio.create_task(scheduler.run(), name="scheduler")
     freeze = asyncio.create_task(_gc_around_sync(scheduler), name="gc-freeze")
+    # What the cluster lacks (CRDs, namespace, permissions), logged with the fix and checked
+    # again every 30 s until none remains; the scheduler runs meanwhile (gpusched.preflight).
+    checks = Preflight(kube, config, scheduler.clock, registry=metrics.registry)
+    check = asyncio.create_task(checks.run(), name="preflight")
     stopping = asyncio.create_task(stop.wait(), name="wait-for-signal")
     try:
         await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (work, stopping, freeze):
+        for task in (work, stopping, freeze, check):
             task.cancel()
-        outcome, *_ = await asyncio.gather(work, stopping, freeze, return_exceptions=True)
+        outcome, *_ = await asyncio.gather(work, stopping, freeze, check, return_exceptions=True)
         await ops.stop()
         await kube.close()
     return _exit_status(outcome, stop.is_set())

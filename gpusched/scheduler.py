@@ -386,6 +386,9 @@ class Scheduler:
                 resource_path("gpusched.io", "v1alpha1", "gpunodeinventories"),
                 handler=self._on_inventory,
                 name="gpunodeinventories",
+                # Without the CRD the scheduler is ready with no GPU node and lists again every
+                # 30 s, rather than never ready (gpusched.preflight says what to apply).
+                optional=True,
             ),
             Reflector(k, resource_path("", "v1", "pods"), handler=self._on_pod, name="pods"),
             Reflector(

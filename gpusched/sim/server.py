@@ -33,6 +33,8 @@ from multidict import MultiDict
 
 from gpusched import __version__
 from gpusched.sim import errors, openapi
+from gpusched.sim.access import PATH as ACCESS_REVIEWS_PATH
+from gpusched.sim.access import AccessReviews
 from gpusched.sim.admission import Admission
 from gpusched.sim.faults import Faults
 from gpusched.sim.registry import Clock, ListResult, Registry, Resource
@@ -123,6 +125,7 @@ class APIServer:
         self.store = Store(window=window)
         self.registry = Registry(self.store, self.clock)
         self.admission = Admission(self.registry)
+        self.access_reviews = AccessReviews()  # SelfSubjectAccessReviews (gpusched.sim.access)
         self.bookmark_interval = bookmark_interval
         self.requests = 0
         self._runner: web.AppRunner | None = None
@@ -234,6 +237,10 @@ class APIServer:
                 if not versions:
                     return _json_response(_NOT_FOUND_PATH, 404)
                 return _json_response(_group_discovery(parts[1], versions))
+            if path == ACCESS_REVIEWS_PATH and self.access_reviews.served:
+                if request.method != "POST":
+                    raise errors.method_not_allowed()
+                return _json_response(self.access_reviews.create(await _read_body(request)), 201)
             route = self._route(path)
             if route is None:
                 return _json_response(_NOT_FOUND_PATH, 404)
