@@ -205,9 +205,18 @@ def _nvlinks(
             remote = _bus_id(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link))
             b = index_of.get(remote)
             if b is None:
-                kind = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
-                if int(kind) == _NVLINK_DEVICE_TYPE_SWITCH:
-                    switched[a] += 1
+                switched[a] += _remote_is_switch(nvml, handle, link)
             elif a < b:
                 direct[a, b] = direct.get((a, b), 0) + 1
     return direct, switched
+
+
+def _remote_is_switch(nvml: Any, handle: Any, link: int) -> bool:
+    """Whether a link's remote end (not a GPU of this node) is an NVSwitch. Drivers without
+    ``nvmlDeviceGetNvLinkRemoteDeviceType`` (before R460) answer FunctionNotFound: on x86 the
+    only other NVLink device is a switch (IBM's NPUs are POWER9 only)."""
+    try:
+        kind = int(nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link))
+    except (_errors(nvml, "FunctionNotFound"), _errors(nvml, "NotSupported")):
+        return True
+    return kind == _NVLINK_DEVICE_TYPE_SWITCH

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import pynvml
 import pytest
 
@@ -121,3 +123,46 @@ def test_no_driver_is_a_clear_error(init_error: str, says: str) -> None:
     nvml = FakeNVML(node.inventory, init_error=init_error)
     with pytest.raises(AgentError, match=says.replace("(", r"\(").replace(")", r"\)")):
         discover(nvml, node.name)
+
+
+def test_real_pynvml_gives_an_inventory_or_a_clear_error() -> None:
+    """The real library on this machine: an inventory where there is a driver, else AgentError
+    (never a bare NVMLError for a missing library or driver)."""
+    result: GPUNodeInventory | AgentError
+    try:
+        result = discover(pynvml, "this-node")
+    except AgentError as exc:
+        result = exc
+    if isinstance(result, AgentError):
+        assert "NVML library" in str(result) or "driver not loaded" in str(result)
+    else:
+        assert result.source == "nvml"
+        assert len(result.links) == len(result.gpus) * (len(result.gpus) - 1) // 2
+
+
+class _OldDriver(FakeNVML):
+    """A driver before R460: no nvmlDeviceGetNvLinkRemoteDeviceType."""
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: object, link: int) -> NoReturn:
+        raise pynvml.NVMLError_FunctionNotFound()
+
+
+class _Unprivileged(FakeNVML):
+    """An agent without the MIG monitor capability."""
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: object, gpu_instance: int) -> NoReturn:
+        raise pynvml.NVMLError_NoPermission()
+
+
+def test_switch_links_without_remote_device_type() -> None:
+    node, nvml = _one_node("dgx-h100", "dgx-h100")
+    assert node.inventory is not None
+    old = _OldDriver(node.inventory, nvswitch=True)
+    assert discover(old, node.name) == discover(nvml, node.name)
+
+
+def test_mig_placement_without_permission_says_so() -> None:
+    node, _ = _one_node("mig-small", "mig-small")
+    assert node.inventory is not None
+    with pytest.raises(AgentError, match="mig/monitor"):
+        discover(_Unprivileged(node.inventory), node.name)
