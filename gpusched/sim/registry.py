@@ -101,6 +101,38 @@ def parse_time(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
+_STORED_KINDS: tuple[tuple[str, str, str, bool, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("", "serviceaccounts", "ServiceAccount", True, ("sa",), ()),
+    ("", "configmaps", "ConfigMap", True, ("cm",), ()),
+    ("", "secrets", "Secret", True, (), ()),
+    ("", "services", "Service", True, ("svc",), ("status",)),
+    ("apps", "deployments", "Deployment", True, ("deploy",), ("status", "scale")),
+    ("apps", "daemonsets", "DaemonSet", True, ("ds",), ("status",)),
+    ("rbac.authorization.k8s.io", "roles", "Role", True, (), ()),
+    ("rbac.authorization.k8s.io", "rolebindings", "RoleBinding", True, (), ()),
+    ("rbac.authorization.k8s.io", "clusterroles", "ClusterRole", False, (), ()),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", "ClusterRoleBinding", False, (), ()),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        False,
+        (),
+        ("status",),
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        False,
+        (),
+        (),
+    ),
+)
+"""Built-in kinds served with the generic strategy (group, plural, kind, namespaced, short
+names, subresources)."""
+
+
 @dataclass(frozen=True)
 class Resource:
     """One served resource of one group/version, as discovery lists it."""
@@ -374,6 +406,11 @@ class Registry:
             ("status",),
             strategy=policylib.PodDisruptionBudgetStrategy(),
         )
+        # Kinds that `kubectl apply -k deploy/` creates and that no simulated controller acts
+        # on (the simulation plays the Deployments' and DaemonSets' processes itself): stored
+        # with the generic strategy, so the install can be applied and read back.
+        for group, plural, kind, namespaced, short, subs in _STORED_KINDS:
+            self._builtin(group, "v1", plural, kind, namespaced, short, subs)
         for mutating in (True, False):
             webhooks = admissionlib.WebhookStrategy(mutating)
             self._builtin(
