@@ -9,7 +9,7 @@ not found`` retries and schedule nothing, with no hint. :func:`preflight` checks
 - the reservation namespace (``config.reservations.namespace``), where the reservation and
   membership Leases are written;
 - every verb on every resource the scheduler uses (:data:`SCHEDULER_RULES`, kept equal to
-  deploy/rbac.yaml's ClusterRole and Role by tests/test_preflight.py), with one
+  deploy/scheduler/rbac.yaml's ClusterRole and Role by tests/test_preflight.py), with one
   ``authorization.k8s.io/v1`` SelfSubjectAccessReview each. An API server that does not
   serve those (404) is reported once and the permissions are not checked.
 
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 Severity = Literal["error", "warning"]
 
-RBAC_FIX: Final = "kubectl apply -f deploy/rbac.yaml"
+RBAC_FIX: Final = "kubectl apply -f deploy/scheduler/rbac.yaml"
 ALL_FIX: Final = "kubectl apply -k deploy/"
 
 
@@ -120,7 +120,7 @@ CRDS: Final = (
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One rule of deploy/rbac.yaml: ``verbs`` on ``resources`` (``plural`` or
+    """One rule of deploy/scheduler/rbac.yaml: ``verbs`` on ``resources`` (``plural`` or
     ``plural/subresource``) of ``groups``; ``namespaced`` rules are the Role's, granted in the
     reservation namespace, the others the ClusterRole's. ``needed_for`` says what breaks."""
 
@@ -225,7 +225,7 @@ SCHEDULER_RULES: Final = (
         namespaced=True,
     ),
 )
-"""What the scheduler does on the API, as deploy/rbac.yaml grants it (same order)."""
+"""What the scheduler does on the API, as deploy/scheduler/rbac.yaml grants it (same order)."""
 
 
 @functools.cache

@@ -1,6 +1,6 @@
 """gpusched.preflight on the simulated cluster: what is missing, the command that fixes it, and
-the re-check that notices the fix (fake clock); the rule table kept equal to deploy/rbac.yaml;
-the simulated SelfSubjectAccessReviews (gpusched.sim.access)."""
+the re-check that notices the fix (fake clock); the rule table kept equal to
+deploy/scheduler/rbac.yaml; the simulated SelfSubjectAccessReviews (gpusched.sim.access)."""
 
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ async def test_denied_permission_names_verb_resource_and_rbac_file(
     sim.server.access_reviews.denied.add(denied)
     problems = await preflight(sim.kube, default_config())
     assert [(p.key, p.severity, p.what, p.fix) for p in problems] == [
-        (key, severity, what, "kubectl apply -f deploy/rbac.yaml")
+        (key, severity, what, "kubectl apply -f deploy/scheduler/rbac.yaml")
     ]
 
 
@@ -157,7 +157,7 @@ async def test_reviews_not_served_reported_once_and_skipped(
         assert await checks.check() == []
     notes = [r for r in caplog.records if "SelfSubjectAccessReviews" in r.getMessage()]
     assert len(notes) == 1
-    assert "kubectl apply -f deploy/rbac.yaml" in notes[0].getMessage()
+    assert "kubectl apply -f deploy/scheduler/rbac.yaml" in notes[0].getMessage()
 
 
 # ------------------------------------------------------------------ the loop
@@ -289,7 +289,7 @@ def _granted(rbac: list[dict[str, Any]]) -> set[tuple[str, str, str, bool]]:
 
 
 def test_rules_equal_deploy_rbac() -> None:
-    rbac = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
+    rbac = list(yaml.safe_load_all((DEPLOY / "scheduler" / "rbac.yaml").read_text()))
     ours = {(v, g, r, rule.namespaced) for rule in SCHEDULER_RULES for v, g, r in rule.expand()}
     assert ours == _granted(rbac)
 
@@ -297,8 +297,8 @@ def test_rules_equal_deploy_rbac() -> None:
 def test_crds_equal_deploy_crds() -> None:
     on_disk = {p.name.removesuffix(".yaml") for p in (DEPLOY / "crds").glob("*.yaml")}
     assert {c.name for c in CRDS} == on_disk
-    kustomized = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
-    assert {f"crds/{c.name}.yaml" for c in CRDS} <= set(kustomized)
+    kustomized = yaml.safe_load((DEPLOY / "crds" / "Kustomization").read_text())["resources"]
+    assert {f"{c.name}.yaml" for c in CRDS} <= set(kustomized)
     assert [c.name for c in CRDS if c.required] == [INVENTORY_CRD]
 
 
