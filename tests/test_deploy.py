@@ -1,95 +1,243 @@
-"""The manifests in deploy/ are well formed, and the shipped configuration loads."""
+"""The sources in deploy/ read without kubectl: the shipped configuration loads, the scheduler and
+agent manifests say what the issue asks (probes, security, GPU nodes, host paths), the agent's
+RBAC and admission policy agree, the overlays' namespace copies and the Dockerfile are sound.
+Built and rendered manifests are checked in tests/deploy/."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+import gpusched
 from gpusched.framework import parse_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+COMPONENTS = ("scheduler", "agent")
+"""The components whose folders this helper owns (deploy/webhook/ is checked by its own tests)."""
 
 
-def documents() -> list[dict[str, object]]:
+def documents(*folders: str) -> list[dict[str, Any]]:
+    """The objects of the YAML files in ``folders`` of deploy/ (every component by default)."""
     docs = []
-    for path in sorted(DEPLOY.glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for folder in folders or COMPONENTS:
+        for path in sorted((DEPLOY / folder).glob("*.yaml")):
+            if path.name != "kustomization.yaml":
+                docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     return docs
 
 
-def test_every_manifest_has_kind_and_name() -> None:
+def find(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (doc,) = [d for d in docs if d["kind"] == kind]
+    return doc
+
+
+def test_every_manifest_has_kind_name_and_namespace_where_due() -> None:
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                      "ValidatingAdmissionPolicyBinding"}  # fmt: skip
     for doc in documents():
-        assert doc.get("kind")
-        assert (doc.get("metadata") or {}).get("name") or doc["kind"] == "Kustomization"  # type: ignore[union-attr]
+        assert doc["metadata"]["name"]
+        assert ("namespace" in doc["metadata"]) == (doc["kind"] not in cluster_scoped), doc
 
 
 def test_the_shipped_scheduler_configuration_is_valid() -> None:
-    config_map = next(d for d in documents() if d.get("kind") == "ConfigMap")
-    text = config_map["data"]["config.yaml"]  # type: ignore[index]
-    config = parse_config(text, source="deploy/config.yaml")
+    config_map = find(documents("scheduler"), "ConfigMap")
+    config = parse_config(config_map["data"]["config.yaml"], source="deploy/scheduler/config.yaml")
     assert config.profiles[0].scheduler_name == "gpusched"
     assert config.leader_election.leader_elect
+    assert config.reservations.namespace == "gpusched-system"
 
 
-def test_the_scheduler_probes_liveness_and_readiness_apart() -> None:
+def test_the_scheduler_runs_two_leader_elected_replicas_with_probes() -> None:
     # /readyz is 200 on a standby too (see gpusched.cli), so a rolling update of the
     # leader-elected replicas can proceed; test_leader_election_e2e.py checks it on processes.
-    deployment = next(d for d in documents() if d.get("kind") == "Deployment")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
+    docs = documents("scheduler")
+    deployment = find(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert "--leader-elect" in container["command"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["resources"]["requests"]
+    affinity = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (term,) = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    pdb = find(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    service = find(docs, "Service")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 10259, "targetPort": "metrics"}]
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
-def test_kustomize_builds() -> None:
-    out = subprocess.run(
-        ["kubectl", "kustomize", str(DEPLOY)], capture_output=True, text=True, check=False
-    )
-    assert out.returncode == 0, out.stderr
-    kinds = {d["kind"] for d in yaml.safe_load_all(out.stdout) if d}
-    assert {"CustomResourceDefinition", "Deployment", "ClusterRole", "ConfigMap"} <= kinds
+@pytest.mark.parametrize(("component", "kind", "root"), [
+    ("scheduler", "Deployment", False),
+    ("agent", "DaemonSet", True),  # the kubelet's device-plugin directory is root's
+])  # fmt: skip
+def test_containers_are_locked_down(component: str, kind: str, root: bool) -> None:
+    spec = find(documents(component), kind)["spec"]["template"]["spec"]
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["securityContext"].get("runAsNonRoot", False) is not root
+    for container in spec["containers"]:
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"] == {"drop": ["ALL"]}
+        assert "privileged" not in security
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        tmp = next(v for v in spec["volumes"] if v["name"] == mounts["/tmp"])
+        assert tmp == {"name": mounts["/tmp"], "emptyDir": {}}
 
 
-def _allowed(rules: list[dict[str, object]], group: str, resource: str, verb: str) -> bool:
-    return any(
-        group in (r.get("apiGroups") or [])  # type: ignore[operator]
-        and resource in (r.get("resources") or [])  # type: ignore[operator]
-        and verb in (r.get("verbs") or [])  # type: ignore[operator]
-        for r in rules
-    )
+def test_the_agent_runs_on_gpu_nodes_with_the_device_plugin_directory() -> None:
+    spec = find(documents("agent"), "DaemonSet")["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
+    assert keys == {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["runtimeClassName"] == "nvidia"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    (container,) = spec["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert "resources" not in container or "nvidia.com/gpu" not in str(container["resources"])
+    plugins = next(v for v in spec["volumes"] if v["name"] == "device-plugins")
+    assert plugins["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["device-plugins"] == "/var/lib/kubelet/device-plugins"
+    assert container["command"][:2] == ["gpusched", "agent"]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 10260}]
 
 
-@pytest.mark.parametrize(
-    ("group", "resource", "verbs"),
-    [
-        ("scheduling.k8s.io", "priorityclasses", ("get", "list", "watch")),
-        ("policy", "poddisruptionbudgets", ("get", "list", "watch")),
-        ("scheduling.k8s.io", "podgroups", ("get", "list", "watch")),
-        ("scheduling.k8s.io", "workloads", ("get", "list", "watch")),
-        ("scheduling.x-k8s.io", "podgroups", ("get", "list", "watch")),
-        ("scheduling.k8s.io", "podgroups/status", ("update", "patch")),
-        ("scheduling.x-k8s.io", "podgroups/status", ("update", "patch")),
-        ("", "pods/eviction", ("create",)),
-        ("", "pods/status", ("patch",)),
-    ],
-)
-def test_the_scheduler_may_preempt_and_read_gangs(
-    group: str, resource: str, verbs: tuple[str, ...]
-) -> None:
-    role = next(d for d in documents() if d.get("kind") == "ClusterRole")
-    rules: list[dict[str, object]] = role["rules"]  # type: ignore[assignment]
-    for verb in verbs:
-        assert _allowed(rules, group, resource, verb), (group, resource, verb)
+AGENT_RULES = {
+    # (group, resource): verbs. What the agent does and nothing else (brief of issue 12).
+    ("gpusched.io", "gpunodeinventories"): {"get", "list", "watch", "create", "update", "patch"},
+    ("gpusched.io", "gpunodeinventories/status"): {"update", "patch"},
+    ("", "nodes"): {"get", "patch"},
+    ("", "pods"): {"get", "list", "watch", "patch"},
+}
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def test_the_agent_rbac_grants_exactly_its_job() -> None:
+    docs = documents("agent")
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in find(docs, "ClusterRole")["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    assert granted == AGENT_RULES
+    account = find(docs, "ServiceAccount")["metadata"]
+    binding = find(docs, "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    ]
+    spec = find(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == account["name"]
+
+
+def test_the_own_node_policy_covers_every_write_of_the_agent() -> None:
+    docs = documents("agent")
+    policy = find(docs, "ValidatingAdmissionPolicy")
+    binding = find(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"],
+                               "validationActions": ["Deny"]}  # fmt: skip
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    account = find(docs, "ServiceAccount")["metadata"]
+    user = f"system:serviceaccount:{account['namespace']}:{account['name']}"
+    (condition,) = policy["spec"]["matchConditions"]
+    assert f"request.userInfo.username == '{user}'" == condition["expression"]
+    matched = {
+        (group, resource)
+        for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+        if {"CREATE", "UPDATE"} <= set(rule["operations"])
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    written = {gr for gr, verbs in AGENT_RULES.items() if verbs & WRITES}
+    assert written <= matched
+    # The key under which the API server gives a bound token's node (k8s.io/apiserver's
+    # serviceaccount.NodeNameKey), read once as variables.node and required by every validation.
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert "request.userInfo.extra['authentication.kubernetes.io/node-name']" in variables["node"]
+    assert all("variables.node" in v["expression"] for v in policy["spec"]["validations"])
+
+
+@pytest.mark.parametrize("overlay", ["dev", "no-webhook"])
+def test_overlay_namespace_copies_equal_deploy_namespace(overlay: str) -> None:
+    copy = DEPLOY / "overlays" / overlay / "namespace.yaml"
+    assert copy.read_text() == (DEPLOY / "namespace.yaml").read_text()
 
 
 def test_every_crd_is_in_the_kustomization_and_the_package() -> None:
-    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((DEPLOY / "crds" / "Kustomization").read_text())
     package = DEPLOY.parent / "gpusched" / "crds"
-    for path in sorted((DEPLOY / "crds").glob("*.yaml")):
-        assert f"crds/{path.name}" in kustomization["resources"]
+    crds = sorted((DEPLOY / "crds").glob("*.yaml"))
+    assert sorted(kustomization["resources"]) == [p.name for p in crds]
+    for path in crds:
         assert (package / path.name).read_bytes() == path.read_bytes()
+        assert yaml.safe_load(path.read_text())["kind"] == "CustomResourceDefinition"
+    assert "crds" in yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
+
+
+def test_one_image_and_tag_everywhere() -> None:
+    chart = yaml.safe_load((DEPLOY / "helm" / "gpusched" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == chart["version"] == gpusched.__version__
+    for _, spec in ((d, d["spec"]["template"]["spec"]) for d in documents()
+                    if d["kind"] in ("Deployment", "DaemonSet")):  # fmt: skip
+        for container in spec["containers"]:
+            assert container["image"] == f"gpusched:{gpusched.__version__}"
+
+
+# ------------------------------------------------------------------ the Dockerfile
+
+
+def _stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's stages as lists of ``(INSTRUCTION, arguments)``, continuations joined."""
+    text = re.sub(r"\\\n", " ", (DEPLOY / "Dockerfile").read_text())
+    stages: list[list[tuple[str, str]]] = [[]]
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        word, _, rest = line.strip().partition(" ")
+        if word.upper() == "FROM" and stages[-1] and any(w == "FROM" for w, _ in stages[-1]):
+            stages.append([])
+        stages[-1].append((word.upper(), rest.strip()))
+    return stages
+
+
+def test_the_image_runs_as_a_numeric_non_root_user() -> None:
+    final = _stages()[-1]
+    users = [args for word, args in final if word == "USER"]
+    assert users, "the final stage sets no USER"
+    uid, _, gid = users[-1].partition(":")
+    assert uid.isdigit()
+    assert int(uid) != 0
+    assert not gid or (gid.isdigit() and int(gid) != 0)
+    assert ("ENTRYPOINT", '["gpusched"]') in final
+    env = " ".join(args for word, args in final if word == "ENV")
+    assert "HOME=/tmp" in env  # nothing writes outside /tmp (an emptyDir in the manifests)
+    assert "PYTHONDONTWRITEBYTECODE=1" in env
+
+
+def test_the_image_is_built_with_pip_install_in_a_builder_stage() -> None:
+    stages = _stages()
+    assert len(stages) == 2
+    builder, final = stages
+    assert any(w == "RUN" and "pip install ." in args for w, args in builder)
+    assert not any(w == "RUN" for w, _ in final), "the final stage only copies the venv"
+    assert any(w == "COPY" and args.startswith("--from=builder") for w, args in final)
+    for word, args in builder + final:
+        assert word != "ADD", "ADD fetches URLs and unpacks archives: COPY only"
+        assert "http://" not in args
+        assert "https://" not in args
+        if word == "COPY" and not args.startswith("--from"):
+            *sources, _ = args.split()
+            for source in sources:
+                assert (DEPLOY.parent / source).exists(), source

@@ -1,0 +1,141 @@
+"""The Helm chart ships what the kustomize base ships (rendered by Helm's own library,
+helm-python-sdk), its values do what values.yaml says, and each overlay changes what it says and
+nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from deploy_helpers import (
+    DEPLOY,
+    NAMESPACE,
+    OVERLAYS,
+    Key,
+    Obj,
+    key,
+    kustomize,
+    needs_kubectl,
+    one,
+    pod_specs,
+    render_chart,
+)
+
+import gpusched
+
+
+def by_key(objs: list[Obj]) -> dict[Key, Obj]:
+    out = {key(o): o for o in objs}
+    assert len(out) == len(objs), "an object is defined twice"
+    return out
+
+
+def images(objs: list[Obj]) -> set[str]:
+    return {c["image"] for _, spec in pod_specs(objs) for c in spec["containers"]}
+
+
+@needs_kubectl
+def test_the_chart_renders_the_kustomize_base() -> None:
+    """Default values, release namespace gpusched-system: the same objects, field for field,
+    except the Namespace (Helm's convention: `helm install --create-namespace`)."""
+    base = by_key(kustomize(DEPLOY))
+    chart = by_key(render_chart())
+    assert base.pop(("Namespace", "", NAMESPACE))
+    assert sorted(chart) == sorted(base)
+    for k, obj in base.items():
+        assert chart[k] == obj, k
+
+
+def test_the_chart_follows_the_release_namespace() -> None:
+    objs = render_chart(namespace="gpu")
+    namespaces = {o["metadata"].get("namespace") for o in objs} - {None}
+    assert namespaces == {"gpu"}
+    config = one(objs, "ConfigMap", "gpusched-config")["data"]["config.yaml"]
+    assert "gpusched-system" not in config
+    policy = one(objs, "ValidatingAdmissionPolicy", "gpusched-agent-own-node")
+    (condition,) = policy["spec"]["matchConditions"]
+    assert "system:serviceaccount:gpu:gpusched-agent" in condition["expression"]
+    for binding in (o for o in objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        assert {s["namespace"] for s in binding["subjects"]} == {"gpu"}
+
+
+def _components(objs: list[Obj]) -> set[str]:
+    names = {o["metadata"]["name"] for o in objs if o["kind"] in ("Deployment", "DaemonSet")}
+    return {"webhook" if "webhook" in n else "agent" if "agent" in n else "scheduler"
+            for n in names}  # fmt: skip
+
+
+@pytest.mark.parametrize(("values", "components", "check"), [
+    ({}, {"scheduler", "agent", "webhook"}, {}),
+    ({"scheduler": {"enabled": False}}, {"agent", "webhook"}, {}),
+    ({"agent": {"enabled": False}}, {"scheduler", "webhook"}, {}),
+    ({"webhook": {"enabled": False}}, {"scheduler", "agent"}, {}),
+    ({"scheduler": {"replicas": 1, "leaderElect": False}}, {"scheduler", "agent", "webhook"},
+     {"replicas": 1, "leader_elect": False}),
+    ({"image": {"repository": "r.example/gs", "tag": "t1"}}, {"scheduler", "agent", "webhook"},
+     {"images": {"r.example/gs:t1"}}),
+    ({"agent": {"runtimeClassName": ""}}, {"scheduler", "agent", "webhook"},
+     {"runtime_class": None}),
+    ({"agent": {"ownNodePolicy": False}}, {"scheduler", "agent", "webhook"},
+     {"policy": False}),
+    ({"scheduler": {"nodeSelector": {"pool": "sys"}}}, {"scheduler", "agent", "webhook"},
+     {"scheduler_node_selector": {"pool": "sys"}}),
+])  # fmt: skip
+def test_chart_values(values: dict[str, Any], components: set[str], check: dict[str, Any]) -> None:
+    objs = render_chart(values)
+    assert _components(objs) == components
+    kinds = {o["kind"] for o in objs}
+    assert ("ValidatingAdmissionPolicy" in kinds) == check.get("policy", "agent" in components)
+    assert images(objs) == check.get("images", {f"gpusched:{gpusched.__version__}"})
+    if "scheduler" in components:
+        deployment = one(objs, "Deployment", "gpusched")
+        spec = deployment["spec"]["template"]["spec"]
+        assert deployment["spec"]["replicas"] == check.get("replicas", 2)
+        command = spec["containers"][0]["command"]
+        assert ("--leader-elect" in command) == check.get("leader_elect", True)
+        assert spec.get("nodeSelector") == check.get("scheduler_node_selector")
+    if "agent" in components:
+        spec = one(objs, "DaemonSet", "gpusched-agent")["spec"]["template"]["spec"]
+        assert spec.get("runtimeClassName") == check.get("runtime_class", "nvidia")
+
+
+# ------------------------------------------------------------------ overlays
+
+
+def _webhook_keys() -> set[Key]:
+    return set(by_key(kustomize(DEPLOY / "webhook")))
+
+
+@needs_kubectl
+def test_every_overlay_builds_and_keeps_one_image() -> None:
+    assert {"dev", "no-webhook"} <= set(OVERLAYS)
+    for overlay in OVERLAYS:
+        objs = kustomize(DEPLOY / "overlays" / overlay)
+        assert len(images(objs)) == 1, overlay
+        assert ("Namespace", "", NAMESPACE) in by_key(objs)
+
+
+@needs_kubectl
+def test_the_dev_overlay() -> None:
+    base = by_key(kustomize(DEPLOY))
+    dev = by_key(kustomize(DEPLOY / "overlays" / "dev"))
+    assert sorted(dev) == sorted(base)
+    assert images(list(dev.values())) == {"gpusched:dev"}
+    deployment = dev[("Deployment", NAMESPACE, "gpusched")]
+    assert deployment["spec"]["replicas"] == 1
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--leader-elect" not in container["command"]
+    requests = container["resources"]["requests"]
+    base_container = base[("Deployment", NAMESPACE, "gpusched")]["spec"]["template"]["spec"]
+    assert requests != base_container["containers"][0]["resources"]["requests"]
+    changed = {k for k in base if base[k] != dev[k] and k[0] not in ("Deployment", "DaemonSet")}
+    assert not changed, "the dev overlay changes only workloads"
+
+
+@needs_kubectl
+def test_the_no_webhook_overlay_is_the_base_without_the_webhook() -> None:
+    base = by_key(kustomize(DEPLOY))
+    no_webhook = by_key(kustomize(DEPLOY / "overlays" / "no-webhook"))
+    webhook = _webhook_keys()
+    assert webhook
+    assert {k: v for k, v in base.items() if k not in webhook} == no_webhook
