@@ -6,6 +6,9 @@ Built and rendered manifests are checked in tests/deploy/."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +244,35 @@ def test_the_image_is_built_with_pip_install_in_a_builder_stage() -> None:
             *sources, _ = args.split()
             for source in sources:
                 assert (DEPLOY.parent / source).exists(), source
+
+
+def test_the_image_context_builds_the_whole_package(tmp_path: Path) -> None:
+    """What the builder stage COPYs is enough to build gpusched with every module and CRD (the
+    setuptools build `pip install .` runs), so the image has what the editable install has."""
+    builder = _stages()[0]
+    for word, args in builder:
+        if word == "COPY":
+            *sources, _ = args.split()
+            for source in sources:
+                src, dst = DEPLOY.parent / source, tmp_path / source
+                if src.is_dir():
+                    shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns(
+                        "__pycache__"))  # fmt: skip
+                else:
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(src, dst)
+    out = subprocess.run(
+        [sys.executable, "-c", "import setuptools; setuptools.setup()", "-q", "build_py",
+         "-d", str(tmp_path / "lib")],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lib = tmp_path / "lib" / "gpusched"
+    for folder, installed in (("gpusched", lib), ("plugins", lib / "plugins"),
+                              ("topology", lib / "topology")):  # fmt: skip
+        for module in (DEPLOY.parent / folder).rglob("*.py"):
+            relative = module.relative_to(DEPLOY.parent / folder)
+            if relative.parts[0] != "crds":
+                assert (installed / relative).is_file(), f"{folder}/{relative} is not packaged"
+    crds = sorted(p.name for p in (DEPLOY / "crds").glob("*.yaml"))
+    assert sorted(p.name for p in (lib / "crds").iterdir()) == crds
