@@ -90,3 +90,14 @@ def _contains(got: object, want: object) -> bool:
             and all(_contains(g, w) for g, w in zip(got, want, strict=True))
         )
     return got == want
+
+
+async def test_apply_f_crds_takes_only_the_crds() -> None:
+    """crds/Kustomization has no YAML extension, so `kubectl apply -f deploy/crds/` (the command
+    docs/install.md gives after a Helm upgrade) skips it."""
+    crds = sorted((DEPLOY / "crds").glob("*.yaml"))
+    async with SimCluster(kubelets=False) as sim:
+        out = await kubectl(sim, "apply", "-f", str(DEPLOY / "crds"))
+    lines = out.splitlines()
+    assert len(lines) == len(crds), out
+    assert all(line.startswith("customresourcedefinition.") for line in lines)

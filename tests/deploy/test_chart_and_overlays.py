@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from deploy_helpers import (
+    CHART,
     DEPLOY,
     NAMESPACE,
     OVERLAYS,
@@ -139,3 +140,10 @@ def test_the_no_webhook_overlay_is_the_base_without_the_webhook() -> None:
     webhook = _webhook_keys()
     assert webhook
     assert {k: v for k, v in base.items() if k not in webhook} == no_webhook
+
+
+def test_helm_lint_is_clean() -> None:
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's library) absent")
+    report = helm.lint(str(CHART), strict=True, namespace=NAMESPACE, kube_version="v1.30.0")
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
