@@ -573,7 +573,7 @@ class PolicyManager:
                         log.warning(
                             "may not write the status of %s/%s (%s): policies still apply, "
                             "but their status does not say so; grant patch on %s/status "
-                            "(deploy/rbac.yaml)",
+                            "(deploy/scheduler/rbac.yaml)",
                             write.kind,
                             write.name,
                             exc.message,

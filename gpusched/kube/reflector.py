@@ -125,7 +125,7 @@ class Reflector:
                 "%s: the API server answers %s to listing %s (%s): going on without it, as if "
                 "there were none; to use it, install its CRD (gpusched's own and the gang "
                 "kinds it reads are in deploy/crds; another project's come with it) and grant "
-                "list and watch on it (deploy/rbac.yaml)",
+                "list and watch on it (deploy/scheduler/rbac.yaml)",
                 self.name,
                 exc.code,
                 self.path,
