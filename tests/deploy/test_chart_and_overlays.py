@@ -4,6 +4,7 @@ nothing else."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -81,6 +82,8 @@ def _components(objs: list[Obj]) -> set[str]:
      {"policy": False}),
     ({"scheduler": {"nodeSelector": {"pool": "sys"}}}, {"scheduler", "agent", "webhook"},
      {"scheduler_node_selector": {"pool": "sys"}}),
+    ({"agent": {"devicePluginDir": "/var/lib/k0s/kubelet/device-plugins"}},
+     {"scheduler", "agent", "webhook"}, {"plugin_dir": "/var/lib/k0s/kubelet/device-plugins"}),
 ])  # fmt: skip
 def test_chart_values(values: dict[str, Any], components: set[str], check: dict[str, Any]) -> None:
     objs = render_chart(values)
@@ -98,6 +101,21 @@ def test_chart_values(values: dict[str, Any], components: set[str], check: dict[
     if "agent" in components:
         spec = one(objs, "DaemonSet", "gpusched-agent")["spec"]["template"]["spec"]
         assert spec.get("runtimeClassName") == check.get("runtime_class", "nvidia")
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "device-plugins"]
+        plugin_dir = check.get("plugin_dir", "/var/lib/kubelet/device-plugins")
+        assert volume["hostPath"]["path"] == plugin_dir
+
+
+@pytest.mark.parametrize(("values", "error"), [
+    ({"scheduler": {"replica": 1}}, "additional properties 'replica' not allowed"),
+    ({"scheduler": {"replicas": 0}}, "scheduler/replicas"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "image/pullPolicy"),
+    ({"scheduler": {"replicas": 2, "leaderElect": False}}, "needs scheduler.leaderElect"),
+])  # fmt: skip
+def test_chart_refuses_bad_values(values: dict[str, Any], error: str) -> None:
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's library) absent")
+    with pytest.raises(helm.HelmError, match=re.escape(error)):
+        render_chart(values)
 
 
 # ------------------------------------------------------------------ overlays
@@ -111,6 +129,11 @@ def _webhook_keys() -> set[Key]:
 def test_every_overlay_builds_and_keeps_one_image() -> None:
     assert {"dev", "no-webhook"} <= set(OVERLAYS)
     for overlay in OVERLAYS:
+        text = (DEPLOY / "overlays" / overlay / "kustomization.yaml").read_text()
+        assert "../..\n" not in text, (
+            f"overlays/{overlay} names deploy/ as its base, which kustomize refuses (the base's "
+            "folder holds the overlay): list ../../crds, ../../scheduler, ... and namespace.yaml"
+        )
         objs = kustomize(DEPLOY / "overlays" / overlay)
         assert len(images(objs)) == 1, overlay
         assert ("Namespace", "", NAMESPACE) in by_key(objs)
