@@ -5,6 +5,7 @@ nothing else."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -170,3 +171,14 @@ def test_helm_lint_is_clean() -> None:
     report = helm.lint(str(CHART), strict=True, namespace=NAMESPACE, kube_version="v1.30.0")
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_the_packaged_chart_is_self_contained(tmp_path: Path) -> None:
+    """crds/ and files/webhook are links into deploy/: `helm package` copies what they point at,
+    so the archive installs the same objects from anywhere."""
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's library) absent")
+    chart = helm.Chart.load(str(CHART))
+    archive = helm.Chart.load_archive(Path(chart.save(str(tmp_path))).read_bytes())
+    assert [c["data"] for c in archive.crds] == [c["data"] for c in chart.crds]
+    options = {"name": "gpusched", "namespace": NAMESPACE}
+    assert archive.render(**options) == chart.render(**options)
