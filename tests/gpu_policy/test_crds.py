@@ -69,8 +69,8 @@ def test_files_on_disk_are_the_generated_ones(kind: CRDKind) -> None:
     )
     packaged = REPO / "gpusched" / "crds" / kind.file_name  # the link into deploy/crds
     assert packaged.read_bytes() == on_disk.read_bytes()
-    kustomization = yaml.safe_load((REPO / "deploy" / "kustomization.yaml").read_text())
-    assert f"crds/{kind.file_name}" in kustomization["resources"]
+    kustomization = yaml.safe_load((REPO / "deploy" / "crds" / "Kustomization").read_text())
+    assert kind.file_name in kustomization["resources"]
 
 
 def test_generator_writes_every_kind(tmp_path: Path) -> None:

@@ -292,8 +292,8 @@ def test_the_crd_ships_in_deploy_and_the_package() -> None:
         assert deployed.read_bytes() == packaged.read_bytes()
         crd = yaml.safe_load(deployed.read_text())
         assert crd["metadata"]["annotations"]["api-approved.kubernetes.io"]
-        kustomization = yaml.safe_load((REPO / "deploy" / "kustomization.yaml").read_text())
-        assert f"crds/{name}.yaml" in kustomization["resources"]
+        kustomization = yaml.safe_load((REPO / "deploy" / "crds" / "Kustomization").read_text())
+        assert f"{name}.yaml" in kustomization["resources"]
         (version,) = crd["spec"]["versions"]
         schema = version["schema"]["openAPIV3Schema"]["properties"]
         assert set(schema["spec"]["properties"]) == {
