@@ -7,6 +7,7 @@ Objects of gpusched's own CRDs are validated against the CRD's schema instead; t
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
 import jsonschema
@@ -72,6 +73,6 @@ CHART_VALUES: list[dict[str, Any]] = [
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("values", CHART_VALUES, ids=lambda v: yaml.safe_dump(v).strip() or "{}")
+@pytest.mark.parametrize("values", CHART_VALUES, ids=lambda v: json.dumps(v, separators=(",", ":")))
 def test_the_chart_renders_valid_objects(values: dict[str, Any], version: str) -> None:
     assert not validate(render_chart(values), version)
