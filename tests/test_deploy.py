@@ -33,9 +33,13 @@ def documents(*folders: str) -> list[dict[str, Any]]:
     return docs
 
 
-def find(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (doc,) = [d for d in docs if d["kind"] == kind]
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    (doc,) = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return doc
+
+
+AGENT = "gpusched-agent"
+PLUGIN = "gpusched-agent-device-plugin"
 
 
 def test_every_manifest_has_kind_name_and_namespace_where_due() -> None:
@@ -76,14 +80,16 @@ def test_the_scheduler_runs_two_leader_elected_replicas_with_probes() -> None:
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 10259, "targetPort": "metrics"}]
 
 
-@pytest.mark.parametrize(("component", "kind", "root"), [
-    ("scheduler", "Deployment", False),
-    ("agent", "DaemonSet", True),  # the kubelet's device-plugin directory is root's
+@pytest.mark.parametrize(("component", "kind", "name", "root"), [
+    ("scheduler", "Deployment", "gpusched", False),
+    ("agent", "DaemonSet", AGENT, False),
+    ("agent", "DaemonSet", PLUGIN, True),  # the kubelet's device-plugin directory is root's
 ])  # fmt: skip
-def test_containers_are_locked_down(component: str, kind: str, root: bool) -> None:
-    spec = find(documents(component), kind)["spec"]["template"]["spec"]
+def test_containers_are_locked_down(component: str, kind: str, name: str, root: bool) -> None:
+    spec = find(documents(component), kind, name)["spec"]["template"]["spec"]
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert spec["securityContext"].get("runAsNonRoot", False) is not root
+    assert (spec["securityContext"]["runAsUser"] == 0) is root
     for container in spec["containers"]:
         security = container["securityContext"]
         assert security["readOnlyRootFilesystem"] is True
@@ -93,13 +99,13 @@ def test_containers_are_locked_down(component: str, kind: str, root: bool) -> No
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
         tmp = next(v for v in spec["volumes"] if v["name"] == mounts["/tmp"])
         assert tmp == {"name": mounts["/tmp"], "emptyDir": {}}
+        host_paths = {v["name"] for v in spec["volumes"] if "hostPath" in v}
+        assert host_paths == ({"device-plugins"} if root else set())
 
 
-def test_the_agent_runs_on_gpu_nodes_with_the_device_plugin_directory() -> None:
-    spec = find(documents("agent"), "DaemonSet")["spec"]["template"]["spec"]
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
-    assert keys == {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}
+@pytest.mark.parametrize("name", [AGENT, PLUGIN])
+def test_the_agents_run_on_gpu_nodes_with_the_driver(name: str) -> None:
+    spec = find(documents("agent"), "DaemonSet", name)["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["runtimeClassName"] == "nvidia"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
@@ -109,13 +115,54 @@ def test_the_agent_runs_on_gpu_nodes_with_the_device_plugin_directory() -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
-    assert "resources" not in container or "nvidia.com/gpu" not in str(container["resources"])
-    plugins = next(v for v in spec["volumes"] if v["name"] == "device-plugins")
-    assert plugins["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
+    assert "nvidia.com/gpu" not in str(container["resources"])  # takes no GPU from workloads
+    assert container["command"][:2] == ["gpusched", "agent"]
+    assert ("--device-plugin" in container["command"]) is (name == PLUGIN)
+    assert container["ports"] == [{"name": "metrics", "containerPort": 10260}]
+
+
+def test_each_gpu_node_runs_one_agent() -> None:
+    """The plain agent runs on GPU nodes (GFD's or NFD's label) not labelled for gpusched's
+    device plugin; the device-plugin agent exactly on those, with the kubelet's directory."""
+    docs = documents("agent")
+    plain = find(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
+    terms = plain["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    gpu_keys = set()
+    for term in terms["nodeSelectorTerms"]:
+        by_key = {e["key"]: e for e in term["matchExpressions"]}
+        opt_out = by_key.pop("gpusched.io/device-plugin")
+        assert (opt_out["operator"], opt_out["values"]) == ("NotIn", ["true"])
+        ((key, expression),) = by_key.items()
+        assert expression["operator"] == "In"
+        assert expression["values"] == ["true"]
+        gpu_keys.add(key)
+    assert gpu_keys == {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}
+    plugin = find(docs, "DaemonSet", PLUGIN)["spec"]["template"]["spec"]
+    assert plugin["nodeSelector"] == {"gpusched.io/device-plugin": "true"}
+    assert "affinity" not in plugin
+    volume = next(v for v in plugin["volumes"] if v["name"] == "device-plugins")
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
+    (container,) = plugin["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["device-plugins"] == "/var/lib/kubelet/device-plugins"
-    assert container["command"][:2] == ["gpusched", "agent"]
-    assert container["ports"] == [{"name": "metrics", "containerPort": 10260}]
+
+
+def test_the_two_agent_daemonsets_differ_only_where_they_must() -> None:
+    docs = documents("agent")
+    plain = find(docs, "DaemonSet", AGENT)
+    plugin = find(docs, "DaemonSet", PLUGIN)
+    plain_pod, plugin_pod = plain["spec"]["template"]["spec"], plugin["spec"]["template"]["spec"]
+    (plain_c,), (plugin_c,) = plain_pod["containers"], plugin_pod["containers"]
+    assert plugin_c["command"] == [*plain_c["command"][:2], "--device-plugin",
+                                   *plain_c["command"][2:]]  # fmt: skip
+    for field in ("command", "volumeMounts"):
+        plain_c.pop(field)
+        plugin_c.pop(field)
+    assert plain_c == plugin_c
+    for field in ("affinity", "nodeSelector", "securityContext", "volumes", "containers"):
+        plain_pod.pop(field, None)
+        plugin_pod.pop(field, None)
+    assert plain_pod == plugin_pod
 
 
 AGENT_RULES = {
@@ -141,8 +188,9 @@ def test_the_agent_rbac_grants_exactly_its_job() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
     ]
-    spec = find(docs, "DaemonSet")["spec"]["template"]["spec"]
-    assert spec["serviceAccountName"] == account["name"]
+    for name in (AGENT, PLUGIN):
+        spec = find(docs, "DaemonSet", name)["spec"]["template"]["spec"]
+        assert spec["serviceAccountName"] == account["name"]
 
 
 def test_the_own_node_policy_covers_every_write_of_the_agent() -> None:
@@ -169,7 +217,8 @@ def test_the_own_node_policy_covers_every_write_of_the_agent() -> None:
     # serviceaccount.NodeNameKey), read once as variables.node and required by every validation.
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert "request.userInfo.extra['authentication.kubernetes.io/node-name']" in variables["node"]
-    assert all("variables.node" in v["expression"] for v in policy["spec"]["validations"])
+    scoped = [v for v in policy["spec"]["validations"] if "variables.node" in v["expression"]]
+    assert len(scoped) == 3
 
 
 @pytest.mark.parametrize("overlay", ["dev", "no-webhook"])

@@ -18,16 +18,20 @@ AGENT = "system:serviceaccount:gpusched-system:gpusched-agent"
 SCHEDULER = "system:serviceaccount:gpusched-system:gpusched"
 
 
-def admit(policy: dict[str, Any], request: dict[str, Any], obj: dict[str, Any]) -> list[str]:
-    """The messages a policy denies ``request`` (on ``obj``) with; [] when it is admitted."""
+def admit(policy: dict[str, Any], request: dict[str, Any], obj: Any) -> list[str]:
+    """The messages a policy denies ``request`` with; [] when it is admitted. ``obj`` is the
+    object, or ``(object, oldObject)`` for an update that changes it."""
     env = celpy.Environment()
     spec = policy["spec"]
 
     def run(expression: str, activation: dict[str, Any]) -> Any:
         return env.program(env.compile(expression)).evaluate(activation)
 
-    old = obj if request["operation"] != "CREATE" else None
-    new = obj if request["operation"] != "DELETE" else None
+    new, old = obj if isinstance(obj, tuple) else (obj, obj)
+    if request["operation"] == "CREATE":
+        old = None
+    if request["operation"] == "DELETE":
+        new = None
     activation: dict[str, Any] = {
         "request": celpy.json_to_cel(request),
         "object": celpy.json_to_cel(new),
@@ -70,6 +74,16 @@ def named(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name}}
 
 
+def labelled(
+    name: str, labels: dict[str, str], old: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Node update: ``(new, old)`` with these labels (``old``: none unless given)."""
+    return (
+        {"metadata": {"name": name, "labels": labels}},
+        {"metadata": {"name": name, "labels": old or {}}},
+    )
+
+
 def pod_on(node: str | None) -> dict[str, Any]:
     return {"metadata": {"name": "p"}, "spec": {"nodeName": node} if node else {}}
 
@@ -91,6 +105,14 @@ CASES = [
     (AGENT, "n1", "UPDATE", "pods", pod_on(None), "may only write pods bound to that node"),
     (AGENT, None, "UPDATE", "nodes", named("n1"), "token carries no node name"),
     (AGENT, None, "UPDATE", "pods", pod_on("n1"), "token carries no node name"),
+    (AGENT, "n1", "UPDATE", "nodes", labelled("n1", {"gpusched.io/gpu-count": "8"}), None),
+    (AGENT, "n1", "UPDATE", "nodes", labelled("n1", {"gpusched.io/device-plugin": "true"}),
+     "may not change its node's gpusched.io/device-plugin label"),
+    (AGENT, "n1", "UPDATE", "nodes", labelled("n1", {}, old={"gpusched.io/device-plugin": "true"}),
+     "may not change its node's gpusched.io/device-plugin label"),
+    (AGENT, "n1", "UPDATE", "nodes",
+     labelled("n1", {"gpusched.io/device-plugin": "true", "a": "b"},
+              old={"gpusched.io/device-plugin": "true"}), None),
     (SCHEDULER, None, "UPDATE", "nodes", named("n2"), None),  # not the agent: not matched
     ("kubernetes-admin", None, "UPDATE", "pods", pod_on("n2"), None),
 ]  # fmt: skip
@@ -98,8 +120,7 @@ CASES = [
 
 @pytest.mark.parametrize(("user", "node", "operation", "resource", "obj", "denied"), CASES)
 def test_each_agent_writes_only_its_own_node(
-    user: str, node: str | None, operation: str, resource: str, obj: dict[str, Any],
-    denied: str | None,
+    user: str, node: str | None, operation: str, resource: str, obj: Any, denied: str | None,
 ) -> None:  # fmt: skip
     docs = list(yaml.safe_load_all((DEPLOY / "agent" / "policy.yaml").read_text()))
     policy = one(docs, "ValidatingAdmissionPolicy", "gpusched-agent-own-node")

@@ -85,6 +85,8 @@ def _components(objs: list[Obj]) -> set[str]:
      {"scheduler_node_selector": {"pool": "sys"}}),
     ({"agent": {"devicePluginDir": "/var/lib/k0s/kubelet/device-plugins"}},
      {"scheduler", "agent", "webhook"}, {"plugin_dir": "/var/lib/k0s/kubelet/device-plugins"}),
+    ({"agent": {"nodeSelector": {"pool": "gpu"}}}, {"scheduler", "agent", "webhook"},
+     {"agent_node_selector": {"pool": "gpu"}}),
 ])  # fmt: skip
 def test_chart_values(values: dict[str, Any], components: set[str], check: dict[str, Any]) -> None:
     objs = render_chart(values)
@@ -101,10 +103,15 @@ def test_chart_values(values: dict[str, Any], components: set[str], check: dict[
         assert spec.get("nodeSelector") == check.get("scheduler_node_selector")
     if "agent" in components:
         spec = one(objs, "DaemonSet", "gpusched-agent")["spec"]["template"]["spec"]
-        assert spec.get("runtimeClassName") == check.get("runtime_class", "nvidia")
-        (volume,) = [v for v in spec["volumes"] if v["name"] == "device-plugins"]
+        plugin = one(objs, "DaemonSet", "gpusched-agent-device-plugin")["spec"]["template"]["spec"]
+        for pod in (spec, plugin):
+            assert pod.get("runtimeClassName") == check.get("runtime_class", "nvidia")
+        (volume,) = [v for v in plugin["volumes"] if v["name"] == "device-plugins"]
         plugin_dir = check.get("plugin_dir", "/var/lib/kubelet/device-plugins")
         assert volume["hostPath"]["path"] == plugin_dir
+        extra = check.get("agent_node_selector", {})
+        assert spec.get("nodeSelector") == (extra or None)
+        assert plugin["nodeSelector"] == {"gpusched.io/device-plugin": "true", **extra}
 
 
 @pytest.mark.parametrize(("values", "error"), [
