@@ -160,6 +160,9 @@ def test_the_dev_overlay() -> None:
     requests = container["resources"]["requests"]
     base_container = base[("Deployment", NAMESPACE, "gpusched")]["spec"]["template"]["spec"]
     assert requests != base_container["containers"][0]["resources"]["requests"]
+    for name in ("gpusched-agent", "gpusched-agent-device-plugin"):
+        (agent,) = dev[("DaemonSet", NAMESPACE, name)]["spec"]["template"]["spec"]["containers"]
+        assert agent["resources"]["requests"] == {"cpu": "10m", "memory": "64Mi"}
     changed = {k for k in base if base[k] != dev[k] and k[0] not in ("Deployment", "DaemonSet")}
     assert not changed, "the dev overlay changes only workloads"
 
