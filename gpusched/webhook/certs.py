@@ -381,7 +381,10 @@ class WebhookCerts:
         try:
             bundle = CertBundle(self.cert_file.read_bytes(), self.key_file.read_bytes())
         except OSError as exc:
-            raise CertError(f"cannot read {self.cert_file} / {self.key_file}: {exc}") from None
+            raise CertError(
+                f"cannot load --cert {self.cert_file} / --key {self.key_file}: {exc}; give a PEM "
+                "certificate and its matching key"
+            ) from None
         return self._serve(bundle)
 
     # -- serving ---------------------------------------------------------------------------

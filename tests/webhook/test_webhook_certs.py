@@ -360,7 +360,7 @@ async def test_missing_configurations_are_a_problem_until_applied() -> None:
         ({"mode": "files"}, "needs --cert and --key"),
         (
             {"mode": "files", "cert_file": Path("/nonexistent.crt"), "key_file": Path("/x")},
-            "cannot read",
+            "cannot load",
         ),
     ],
 )
