@@ -373,9 +373,10 @@ class WebhookCerts:
             if self._denied:
                 await self._check_permissions()
             bundle = await self._ensure_secret()
-            changed = self._serve(bundle)
+            # caBundle first: a certificate from a new CA is served only once the API server
+            # trusts that CA (every replica checks, so none serves it before the patch).
             await self._ensure_ca_bundle(bundle)
-            return changed
+            return self._serve(bundle)
         assert self.cert_file is not None
         assert self.key_file is not None
         try:

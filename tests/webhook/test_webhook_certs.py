@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime as dt
 import logging
 import ssl
@@ -374,3 +375,26 @@ def test_missing_rule_without_a_name() -> None:
         "the webhook's ServiceAccount may not create secrets: add to a Role in ns the rule "
         "{apiGroups: [''], resources: [secrets], verbs: [create]} (deploy/webhook/rbac.yaml has it)"
     )
+
+
+async def test_run_checks_every_period_of_its_clock() -> None:
+    clock = past_clock()
+    async with SimCluster(kubelets=False) as sim:
+        await install(sim.kube)
+        certs = WebhookCerts(CONFIG, kube=sim.kube, clock=clock, settings=SHORT)
+        await certs.start()
+        old = certs.bundle
+        await clock.advance((21 * DAY).total_seconds())  # in the renewal window, not checked yet
+        assert certs.bundle == old
+        task = asyncio.create_task(certs.run())
+        try:
+            await clock.wait_for_sleepers()
+            await clock.advance(SHORT.check_period)
+            async with asyncio.timeout(30):
+                await clock.wait_for_sleepers()  # the check is done: it sleeps again
+            assert certs.bundle != old
+            assert secret_bundle(await sim.kube.get(SECRET)) == certs.bundle
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
