@@ -504,6 +504,8 @@ class WebhookCerts:
                 await self.kube.create(self._secret_path(), secret)
             else:
                 secret["metadata"]["resourceVersion"] = observed["metadata"]["resourceVersion"]
+                # A Secret's type is immutable: a hand-made Opaque one stays Opaque.
+                secret["type"] = observed.get("type") or "Opaque"
                 await self.kube.replace(self._secret_path(self.secret_name), secret)
         except APIConflict as exc:
             log.info(
@@ -523,6 +525,11 @@ class WebhookCerts:
             verb = "create" if observed is None else "update"
             raise CertError(
                 self._forbidden(verb, "secrets", None if verb == "create" else self.secret_name)
+            ) from None
+        except APIError as exc:  # e.g. 422 for an immutable Secret made by hand
+            raise CertError(
+                f"cannot write Secret {self.config.namespace}/{self.secret_name} ({exc}); delete "
+                "it and the webhook makes a new one"
             ) from None
         log.info(
             "TLS: %s Secret %s/%s (certificate valid until %s)",

@@ -251,11 +251,13 @@ async def test_a_secret_that_is_not_good_is_replaced(secret_data: Any, reason: s
             assert reason in bad.problem(NAMES, dt.datetime.now(dt.UTC), DAY)
         await sim.kube.create(
             f"/api/v1/namespaces/{NS}/secrets",
-            {"metadata": {"name": "gpusched-webhook-tls"}, "data": secret_data},
+            {"metadata": {"name": "gpusched-webhook-tls"}, "type": "Opaque", "data": secret_data},
         )
         certs = WebhookCerts(CONFIG, kube=sim.kube)
         await certs.start()
-        stored = secret_bundle(await sim.kube.get(SECRET))
+        secret = await sim.kube.get(SECRET)
+        assert secret["type"] == "Opaque"  # immutable: kept
+        stored = secret_bundle(secret)
         assert stored == certs.bundle
         assert stored.problem(NAMES, dt.datetime.now(dt.UTC), DAY) == ""
 
