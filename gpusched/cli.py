@@ -504,6 +504,7 @@ async def _webhook_kube(args: argparse.Namespace, needed_for: str | None) -> Kub
 async def _serve_webhook(args: argparse.Namespace, config: WebhookConfig) -> int:
     from pathlib import Path
 
+    from gpusched.kube.errors import APIError
     from gpusched.webhook import MigView, WebhookServer
     from gpusched.webhook.certs import CertError, TLSMode, WebhookCerts
 
@@ -531,6 +532,8 @@ async def _serve_webhook(args: argparse.Namespace, config: WebhookConfig) -> int
             ctx = await certs.start()
         except CertError as exc:
             raise UsageError(f"webhook: {exc}") from None
+        except APIError as exc:
+            raise UsageError(f"webhook: TLS {mode}: the API server answered {exc}") from None
         tasks.append(asyncio.create_task(certs.run(), name="webhook-certs"))
         if view is not None:
             tasks.append(asyncio.create_task(view.run(), name="mig-view"))
