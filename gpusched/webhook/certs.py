@@ -20,9 +20,10 @@ modes (``gpusched webhook --tls``):
 
 In every mode the ``ssl.SSLContext`` handed to the server is reloaded in place when the
 certificate changes, so new connections get the new one without a restart. Each step and each
-problem is logged; a 403 names the RBAC rule that is missing. Permissions are asked once at
-start with SelfSubjectAccessReviews. Cost per check: one Secret GET and two configuration GETs
-(self-signed) or two file reads; a key pair (EC P-256, about a millisecond) only on renewal.
+problem is logged; a 403 names the RBAC rule that is missing. Permissions are asked with
+SelfSubjectAccessReviews at start, and again at each check while one is denied. Cost per
+check: one Secret GET and two configuration GETs (self-signed) or two file reads; a key pair
+(EC P-256, about a millisecond) only on renewal.
 """
 
 from __future__ import annotations
@@ -302,11 +303,11 @@ class WebhookCerts:
     work_dir: Path | None = None
     """Where the self-signed mode writes the files the ssl module loads (default a new
     temporary directory: put TMPDIR on an emptyDir under a read-only root filesystem)."""
-    bundle: CertBundle | None = None
-    _ctx: ssl.SSLContext | None = None
-    _denied: set[tuple[str, str]] = field(default_factory=set)
-    _problems: dict[tuple[str, str], str] = field(default_factory=dict)
-    _permissions_checked: bool = False
+    bundle: CertBundle | None = field(default=None, init=False)
+    """What is served now."""
+    _ctx: ssl.SSLContext | None = field(default=None, init=False)
+    _denied: set[tuple[str, str]] = field(default_factory=set, init=False)
+    _problems: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
 
     @property
     def secret_name(self) -> str:
@@ -650,9 +651,7 @@ class WebhookCerts:
             answers = await asyncio.gather(*(ask(*a) for a in asks))
         except APIError as exc:
             log.info("TLS: permissions not checked in advance (%s)", exc)
-            self._permissions_checked = True
             return
-        self._permissions_checked = True
         for (verb, group, resource, namespace, obj), allowed in zip(asks, answers, strict=True):
             key = (verb, resource)
             if allowed:
