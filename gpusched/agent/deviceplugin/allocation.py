@@ -16,13 +16,20 @@ first), the plugin looks the pod up in the API: a pod
   are served is never taken again, and after an agent restart allocation resumes where the
   annotation says.
 
-Among such pods the one whose next devices *are* the call's devices wins (the plugin's
-GetPreferredAllocation steers the kubelet to pick exactly those: :func:`prefer`), then the
-oldest bind (``PodScheduled``'s ``lastTransitionTime``, then creation time, then name): when two
-pods are admitted at once they are told apart by their devices, and only identical requests
-on identical devices fall back to bind order, where swapping them changes nothing but a
-shared pod's VRAM limit. Calls are serialised by the caller's lock from the LIST to the
-patch, so two Allocate calls never take the same container.
+Among such pods the one whose next devices *are* the call's devices wins, then the oldest
+bind (``PodScheduled``'s ``lastTransitionTime``, then creation time, then name).
+GetPreferredAllocation (:func:`prefer`) steers the kubelet to pick the oldest-bound waiting
+pod's devices, so its own bookkeeping and checkpoint name the devices the container gets.
+Calls are serialised by the caller's lock from the LIST to the patch, so two Allocate calls
+never take the same container, and concurrent calls naming different pods' devices each get
+their own pod.
+
+*Limit* (HAMi's too, which its per-node bind lock avoids): the kubelet admits pods one at a
+time in the order its pod watch delivers them, which is bind order, but pods delivered in one
+batch are admitted by creation time. When two waiting pods ask for the same number of
+devices of the same resource and the kubelet admits the later-bound one first, they get each
+other's devices (both still get devices the scheduler reserved on this node, and shared pods
+each other's VRAM limit). Different resources or counts are never confused.
 
 **Containers.** The pod's annotated devices are split among the containers asking for the
 resource: app containers take consecutive slices in spec order (``[c1: 2, c2: 1]`` -> devices
