@@ -27,6 +27,7 @@ from gpusched.inventory import GPUNodeInventory
 from gpusched.kube.client import Kube, resource_path
 from gpusched.plugins.default_binder import binding_body
 from gpusched.sim import SimCluster
+from gpusched.sim.faults import FaultRule
 from gpusched.sim.fleet import ClusterSpec, build_fleet, load_cluster_spec
 
 NS = "default"
@@ -49,6 +50,7 @@ class Node:
     plugins: DevicePlugins
     clock: FakeClock
     dev_root: Path
+    sim: SimCluster
 
     async def pod(
         self,
@@ -122,8 +124,13 @@ async def _node(cluster: str, socket_dir: Path) -> AsyncIterator[Node]:
         )
         await plugins.start()
         try:
-            await kubelet.wait_for(lambda: set(kubelet.plugins) == set(plugins.resources()))
-            yield Node(sim.kube, sim_node.name, inventory, kubelet, plugins, clock, dev_root)
+            await kubelet.wait_for(
+                lambda: (
+                    set(kubelet.plugins) == set(plugins.resources())
+                    and all(p.updates for p in kubelet.plugins.values())
+                )
+            )
+            yield Node(sim.kube, sim_node.name, inventory, kubelet, plugins, clock, dev_root, sim)
         finally:
             await plugins.stop()
             await kubelet.stop()
@@ -381,3 +388,45 @@ async def test_nothing_changes_without_a_restart(h100: Node) -> None:
     await h100.clock.advance(h100.plugins.poll_seconds)
     await h100.clock.wait_for_sleepers()
     assert len(kubelet.registrations) == first
+
+
+async def test_an_agent_restarted_mid_pod_resumes_from_the_annotation(h100: Node) -> None:
+    gpus = h100.inventory.gpus
+    containers = [
+        {"name": "a", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        {"name": "b", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+    ]
+    await h100.pod("two", {}, [2, 6], containers=containers)
+    first = await h100.plugins.allocate("nvidia.com/gpu", [gpus[2].uuid])
+    assert first.envs["NVIDIA_VISIBLE_DEVICES"] == gpus[2].uuid
+    # a new agent process: nothing in memory, the annotation says container a is served
+    again = DevicePlugins(h100.kube, h100.name, h100.inventory, socket_dir=h100.dev_root)
+    second = await again.allocate("nvidia.com/gpu", [gpus[6].uuid])
+    assert second.envs["NVIDIA_VISIBLE_DEVICES"] == gpus[6].uuid
+    assert (await h100.get("two"))["metadata"]["annotations"][ALLOCATED] == "nvidia.com/gpu=2"
+
+
+async def test_an_api_server_failure_is_unavailable(h100: Node) -> None:
+    pod = await h100.pod("p", {"nvidia.com/gpu": "1"}, [0])
+    h100.sim.faults.set([FaultRule("list", "pods", 1.0, 500)])
+    try:
+        with pytest.raises(AdmissionError, match="code = UNAVAILABLE desc = gpusched device"):
+            await h100.kubelet.admit(pod)
+    finally:
+        h100.sim.faults.set([])
+
+
+async def test_a_new_mig_profile_is_served_from_the_next_poll(mig: Node) -> None:
+    kubelet = mig.kubelet
+    gpus = list(mig.inventory.gpus)
+    devices = list(gpus[0].mig_devices)
+    devices[0] = devices[0].model_copy(update={"profile": "1g.10gb+me"})
+    gpus[0] = gpus[0].model_copy(update={"mig_devices": tuple(devices)})
+    mig.plugins.update(mig.inventory.model_copy(update={"gpus": tuple(gpus)}))
+    await kubelet.wait_for(lambda: len(kubelet.healthy("nvidia.com/mig-1g.10gb")) == 27)
+    assert "nvidia.com/mig-1g.10gb.me" not in kubelet.plugins
+    await mig.clock.wait_for_sleepers()
+    await mig.clock.advance(mig.plugins.poll_seconds)
+    await kubelet.wait_for(
+        lambda: kubelet.healthy("nvidia.com/mig-1g.10gb.me") == {devices[0].uuid}
+    )

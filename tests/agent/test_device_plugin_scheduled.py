@@ -86,7 +86,10 @@ async def cluster() -> AsyncIterator[tuple[SimCluster, dict[str, FakeKubelet]]]:
             await plugins.start()
             stack.push_async_callback(plugins.stop)
             await kubelet.wait_for(
-                lambda k=kubelet, p=plugins: set(k.plugins) == set(p.resources())
+                lambda k=kubelet, p=plugins: (
+                    set(k.plugins) == set(p.resources())
+                    and all(x.updates for x in k.plugins.values())
+                )
             )
             kubelets[node] = kubelet
         await sim.kube.create(

@@ -16,6 +16,9 @@ GetPreferredAllocation available, no PreStartContainer). Per resource it serves:
   ``UnexpectedAdmissionError`` and that text;
 - ``PreStartContainer``: nothing to do (not requested).
 
+An API server failure during Allocate is ``UNAVAILABLE`` with its message (the pod is
+rejected; its controller recreates it); during GetPreferredAllocation, no preference.
+
 **Kubelet restarts.** A starting kubelet deletes every socket in the directory and creates a
 new ``kubelet.sock``. A poller (``poll_seconds`` on the injectable clock) compares the socket's
 inode and change time, and whether the plugin's own sockets still exist; on any change it
@@ -54,7 +57,7 @@ from gpusched.agent.deviceplugin.devices import (
 from gpusched.clock import Clock, RealClock
 from gpusched.inventory import GPUNodeInventory
 from gpusched.kube.client import Kube
-from gpusched.kube.errors import APIConflict
+from gpusched.kube.errors import APIConflict, APIError
 
 __all__ = [
     "API_VERSION",
@@ -168,7 +171,11 @@ class _ResourceServer(api_grpc.DevicePluginServicer):
     async def GetPreferredAllocation(
         self, request: api.PreferredAllocationRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> api.PreferredAllocationResponse:
-        plans, _ = await self.plugins.finder.plans(self.resource)
+        try:
+            plans, _ = await self.plugins.finder.plans(self.resource)
+        except APIError as exc:  # no preference: the kubelet picks, Allocate still decides
+            log.warning("GetPreferredAllocation %s: cannot list pods: %s", self.resource, exc)
+            plans = []
         responses = [
             api.ContainerPreferredAllocationResponse(
                 deviceIDs=prefer(
@@ -192,6 +199,13 @@ class _ResourceServer(api_grpc.DevicePluginServicer):
             except AllocationError as exc:
                 log.warning("Allocate %s %s: %s", self.resource, list(req.devices_ids), exc)
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            except APIError as exc:
+                log.warning("Allocate %s: the API server failed: %s", self.resource, exc)
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"gpusched device plugin: cannot read or annotate the pods of node "
+                    f"{self.plugins.node_name} on the API server: {exc}",
+                )
         return api.AllocateResponse(container_responses=responses)
 
     async def PreStartContainer(
