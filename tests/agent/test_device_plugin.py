@@ -372,6 +372,7 @@ async def test_kubelet_restart_re_registers_every_resource(h100: Node) -> None:
     await h100.clock.advance(h100.plugins.poll_seconds)
     await kubelet.wait_for(lambda: len(kubelet.plugins) == 3)
     assert len(kubelet.registrations) == first + 3
+    assert h100.plugins.registered() == dict.fromkeys(kubelet.plugins, True)
     await kubelet.wait_for(lambda: len(kubelet.healthy("nvidia.com/gpu")) == 8)
     # and the plugin serves on its fresh sockets
     pod = await h100.pod("after", {"nvidia.com/gpu": "1"}, [7])
@@ -430,3 +431,30 @@ async def test_a_new_mig_profile_is_served_from_the_next_poll(mig: Node) -> None
     await kubelet.wait_for(
         lambda: kubelet.healthy("nvidia.com/mig-1g.10gb.me") == {devices[0].uuid}
     )
+
+
+async def test_an_agent_started_before_the_kubelet_registers_when_it_comes(
+    socket_dir: Path,
+) -> None:
+    spec = _one_node_spec("dgx-h100")
+    sim_node = build_fleet(spec)[0]
+    inventory = discover(FakeNVML.of_sim_node(sim_node, spec), sim_node.name)
+    clock = FakeClock()
+    async with SimCluster(None, kubelets=False) as sim:
+        plugins = DevicePlugins(
+            sim.kube, sim_node.name, inventory, socket_dir=socket_dir, clock=clock
+        )
+        await plugins.start()
+        kubelet = FakeKubelet(socket_dir)
+        try:
+            assert plugins.registered() == dict.fromkeys(plugins.resources(), False)
+            await clock.wait_for_sleepers()
+            await clock.advance(plugins.poll_seconds)  # still no kubelet: nothing happens
+            await clock.wait_for_sleepers()
+            await kubelet.start()
+            await clock.advance(plugins.poll_seconds)
+            await kubelet.wait_for(lambda: len(kubelet.plugins) == 3)
+            assert all(plugins.registered().values())
+        finally:
+            await plugins.stop()
+            await kubelet.stop()
