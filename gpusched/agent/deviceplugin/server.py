@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -74,9 +74,6 @@ DEFAULT_SOCKET_DIR: Final = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET: Final = "kubelet.sock"
 _REGISTER_TIMEOUT: Final = 10.0
 _CONFLICT_RETRIES: Final = 3
-
-SocketStat = Callable[[Path], tuple[int, int] | None]
-
 
 def _stat(path: Path) -> tuple[int, int] | None:
     """(inode, change time in ns) of ``path``, None when it does not exist."""
@@ -221,8 +218,8 @@ class DevicePlugins:
     GPU of the shared resources (0: not advertised); ``whole_gpu_replicas`` > 1 advertises
     each GPU that many times as ``nvidia.com/gpu`` (HAMi's way, for HAMi-form pods: see
     docs/device_plugin.md); ``dev_root`` is where the host's ``/dev`` is seen (device specs
-    are passed only for nodes that exist there); ``clock`` and ``stat`` drive the kubelet
-    watch (tests pass a fake clock).
+    are passed only for nodes that exist there); ``clock`` paces the kubelet watch every
+    ``poll_seconds`` (tests pass a fake clock).
     """
 
     def __init__(
@@ -237,7 +234,6 @@ class DevicePlugins:
         dev_root: Path | str = Path("/dev"),
         poll_seconds: float = 5.0,
         clock: Clock | None = None,
-        stat: SocketStat = _stat,
     ) -> None:
         if shared_replicas < 0 or whole_gpu_replicas < 1:
             raise ValueError("shared_replicas must be >= 0 and whole_gpu_replicas >= 1")
@@ -249,7 +245,6 @@ class DevicePlugins:
         self.poll_seconds = poll_seconds
         self.finder = PodFinder(kube, node_name)
         self._clock = clock or RealClock()
-        self._stat = stat
         self._inventory = inventory
         self._servers: dict[str, _ResourceServer] = {}
         self._lock = asyncio.Lock()
@@ -300,13 +295,13 @@ class DevicePlugins:
     async def sync(self) -> None:
         """One pass of the watch: (re)start servers whose socket is gone or that are new, and
         (re)register every server after a kubelet restart or a failed registration."""
-        kubelet = self._stat(self.kubelet_socket)
+        kubelet = _stat(self.kubelet_socket)
         restarted = kubelet is not None and kubelet != self._kubelet_seen
         for resource, devices in self._advertised().items():
             if resource not in self._servers:
                 self._servers[resource] = _ResourceServer(self, resource, devices)
         for server in self._servers.values():
-            if server.server is None or restarted or self._stat(server.path) is None:
+            if server.server is None or restarted or _stat(server.path) is None:
                 await server.start()
         if kubelet is None:
             return
