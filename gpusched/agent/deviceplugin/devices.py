@@ -43,7 +43,7 @@ Cost: O(GPUs x replicas) per advertisement, O(devices) per container response.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -167,7 +167,6 @@ def container_response(
     *,
     cores_percent: int = 0,
     dev_root: Path = Path("/dev"),
-    exists: Callable[[Path], bool] = Path.exists,
 ) -> api.ContainerAllocateResponse:
     """What the kubelet injects into a container holding ``granted`` (module docstring)."""
     uuids = ",".join(g.uuid for g in granted)
@@ -185,7 +184,7 @@ def container_response(
     specs = [
         api.DeviceSpec(container_path=f"/dev/{name}", host_path=f"/dev/{name}", permissions="rw")
         for name in names
-        if exists(dev_root / name)
+        if (dev_root / name).exists()
     ]
     return api.ContainerAllocateResponse(envs=envs, devices=specs)
 
