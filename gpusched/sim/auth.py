@@ -18,8 +18,10 @@ Tokens are JWTs with the claims the real server writes (``iss``, ``sub``, ``aud`
 ``iat``, ``nbf``, ``jti``, ``kubernetes.io``), signed HS256 with a key made per server (the
 real server signs RS256; no client checks the signature). A token stops authenticating (401)
 once it expires on the server's clock, or once its service account or bound object is deleted
-or recreated with another UID, as the real token validator checks. Nothing is stored: a
-TokenRequest costs one HMAC, an authentication one HMAC and a store lookup per bound object.
+or recreated with another UID, as the real token validator checks. ``POST
+/apis/authentication.k8s.io/v1/selfsubjectreviews`` (``kubectl auth whoami``) shows the user a
+token authenticates as. Nothing is stored: a TokenRequest costs one HMAC, an authentication one
+HMAC and a store lookup per bound object.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ __all__ = [
     "EXTRA_NODE_NAME",
     "GROUP",
     "ISSUER",
+    "REVIEWS_PATH",
     "Tokens",
+    "self_subject_review",
     "service_account_user",
 ]
 
@@ -54,6 +58,8 @@ GROUP: Final = "authentication.k8s.io"
 ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
 AUDIENCE: Final = ISSUER
 """The API server's audience (``--api-audiences`` defaults to the issuer)."""
+REVIEWS_PATH: Final = f"/apis/{GROUP}/v1/selfsubjectreviews"
+"""SelfSubjectReviews (``kubectl auth whoami``): the caller's user as the server sees it."""
 EXTRA_PREFIX: Final = "authentication.kubernetes.io/"
 EXTRA_NODE_NAME: Final = f"{EXTRA_PREFIX}node-name"
 DEFAULT_EXPIRATION: Final = 3600
@@ -292,3 +298,20 @@ class Tokens:
             groups=("system:serviceaccounts", f"system:serviceaccounts:{namespace}", AUTHENTICATED),
             extra=extra,
         )
+
+
+def self_subject_review(user: UserInfo) -> dict[str, Any]:
+    """The created SelfSubjectReview: ``status.userInfo`` of the caller (omitempty fields)."""
+    info: dict[str, Any] = {"username": user.name}
+    if user.uid:
+        info["uid"] = user.uid
+    if user.groups:
+        info["groups"] = list(user.groups)
+    if user.extra:
+        info["extra"] = {k: list(v) for k, v in sorted(user.extra.items())}
+    return {
+        "kind": "SelfSubjectReview",
+        "apiVersion": f"{GROUP}/v1",
+        "metadata": {"creationTimestamp": None},
+        "status": {"userInfo": info},
+    }

@@ -40,7 +40,8 @@ from gpusched.sim import errors, openapi
 from gpusched.sim.access import PATH as ACCESS_REVIEWS_PATH
 from gpusched.sim.access import AccessReviews
 from gpusched.sim.admission import Admission
-from gpusched.sim.auth import Tokens
+from gpusched.sim.auth import REVIEWS_PATH as WHOAMI_PATH
+from gpusched.sim.auth import Tokens, self_subject_review
 from gpusched.sim.faults import Faults
 from gpusched.sim.rbac import BOOTSTRAP, Authorizer, forbidden, request_info
 from gpusched.sim.registry import Clock, ListResult, Registry, Resource
@@ -265,6 +266,11 @@ class APIServer:
                     await _read_body(request), user, self.authorizer
                 )
                 return _json_response(review, 201)
+            if path == WHOAMI_PATH:
+                if request.method != "POST":
+                    raise errors.method_not_allowed()
+                await _read_body(request)
+                return _json_response(self_subject_review(user), 201)
             route = self._route(path)
             if route is None:
                 return _json_response(_NOT_FOUND_PATH, 404)
