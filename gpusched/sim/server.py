@@ -135,6 +135,8 @@ class APIServer:
         self.access_reviews = AccessReviews()  # SelfSubjectAccessReviews (gpusched.sim.access)
         self.tokens = Tokens(self.store, self.clock, self.token)
         self.authorizer = Authorizer(self.store)
+        self.refusals: list[tuple[str, str]] = []
+        """``(user, message)`` of every request the authorizer refused (403), oldest first."""
         self.bookmark_interval = bookmark_interval
         self.requests = 0
         self._runner: web.AppRunner | None = None
@@ -234,7 +236,9 @@ class APIServer:
                 attrs = request_info(request.method, path, request.query)
                 decision = self.authorizer.authorize(user, attrs)
                 if not decision.allowed:
-                    raise forbidden(user, attrs, decision.reason)
+                    refusal = forbidden(user, attrs, decision.reason)
+                    self.refusals.append((user.name, str(refusal.status["message"])))
+                    raise refusal
             # go-restful (TrimRightSlashEnabled) serves /version, /api and /api/v1 with a
             # trailing slash too; /apis/ is registered on its own (UnlistedHandle).
             if path in ("/version", "/version/"):
