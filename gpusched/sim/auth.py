@@ -3,7 +3,7 @@
 kube-apiserver authenticates each request's bearer token to a ``user.Info``; this module does
 the same for two kinds of token:
 
-- the admin token written into the cluster's kubeconfig: user ``kubernetes-admin`` in
+- the admin token written into the cluster's kubeconfig: user ``gpusched-sim`` in
   ``system:masters``, allowed everything (as kubeadm's admin.conf);
 - service-account tokens issued by ``POST /api/v1/namespaces/NS/serviceaccounts/NAME/token``
   (an ``authentication.k8s.io/v1`` TokenRequest, pkg/registry/core/serviceaccount/storage/
@@ -27,6 +27,7 @@ HMAC and a store lookup per bound object.
 from __future__ import annotations
 
 import base64
+import contextvars
 import hashlib
 import hmac
 import secrets
@@ -52,6 +53,8 @@ __all__ = [
     "Tokens",
     "self_subject_review",
     "service_account_user",
+    "set_current_user",
+    "user_info",
 ]
 
 GROUP: Final = "authentication.k8s.io"
@@ -66,8 +69,34 @@ DEFAULT_EXPIRATION: Final = 3600
 MIN_EXPIRATION: Final = 600
 MAX_EXPIRATION: Final = 1 << 32
 
-ADMIN: Final = UserInfo("kubernetes-admin", groups=(MASTERS, AUTHENTICATED))
-"""Who the admin token authenticates as."""
+ADMIN: Final = UserInfo("gpusched-sim", groups=(MASTERS, AUTHENTICATED))
+"""Who the admin token authenticates as (the kubeconfig's user name)."""
+
+_CURRENT_USER: contextvars.ContextVar[UserInfo] = contextvars.ContextVar(
+    "gpusched_sim_user", default=ADMIN
+)
+
+
+def current_user() -> UserInfo:
+    """Who made the request being served (admission's ``userInfo``); the admin outside one."""
+    return _CURRENT_USER.get()
+
+
+def set_current_user(user: UserInfo) -> None:
+    """Set by the server for the task serving one request."""
+    _CURRENT_USER.set(user)
+
+
+def user_info(user: UserInfo) -> dict[str, Any]:
+    """``authenticationv1.UserInfo`` as JSON (empty fields omitted)."""
+    info: dict[str, Any] = {"username": user.name}
+    if user.uid:
+        info["uid"] = user.uid
+    if user.groups:
+        info["groups"] = list(user.groups)
+    if user.extra:
+        info["extra"] = {k: list(v) for k, v in sorted(user.extra.items())}
+    return info
 
 
 def service_account_user(namespace: str, name: str) -> str:
@@ -302,16 +331,9 @@ class Tokens:
 
 def self_subject_review(user: UserInfo) -> dict[str, Any]:
     """The created SelfSubjectReview: ``status.userInfo`` of the caller (omitempty fields)."""
-    info: dict[str, Any] = {"username": user.name}
-    if user.uid:
-        info["uid"] = user.uid
-    if user.groups:
-        info["groups"] = list(user.groups)
-    if user.extra:
-        info["extra"] = {k: list(v) for k, v in sorted(user.extra.items())}
     return {
         "kind": "SelfSubjectReview",
         "apiVersion": f"{GROUP}/v1",
         "metadata": {"creationTimestamp": None},
-        "status": {"userInfo": info},
+        "status": {"userInfo": user_info(user)},
     }

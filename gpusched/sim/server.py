@@ -41,7 +41,7 @@ from gpusched.sim.access import PATH as ACCESS_REVIEWS_PATH
 from gpusched.sim.access import AccessReviews
 from gpusched.sim.admission import Admission
 from gpusched.sim.auth import REVIEWS_PATH as WHOAMI_PATH
-from gpusched.sim.auth import Tokens, self_subject_review
+from gpusched.sim.auth import Tokens, self_subject_review, set_current_user
 from gpusched.sim.faults import Faults
 from gpusched.sim.rbac import BOOTSTRAP, Authorizer, forbidden, request_info
 from gpusched.sim.registry import Clock, ListResult, Registry, Resource
@@ -229,6 +229,7 @@ class APIServer:
         user = self.tokens.authenticate(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
             return _error_response(errors.unauthorized())
+        set_current_user(user)  # this request's task only: admission's userInfo
         if self.faults.latency:
             await asyncio.sleep(self.faults.latency)
         try:

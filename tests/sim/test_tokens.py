@@ -119,7 +119,7 @@ async def test_who_a_token_is(sim: SimCluster) -> None:
     assert list(info["extra"]) == ["authentication.kubernetes.io/credential-id"]
     admin = await _whoami(sim, sim.server.token)
     assert admin == {
-        "username": "kubernetes-admin",
+        "username": "gpusched-sim",
         "groups": ["system:masters", "system:authenticated"],
     }
 
