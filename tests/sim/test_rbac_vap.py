@@ -216,12 +216,15 @@ async def test_warn_answers_a_warning_header(sim: SimCluster) -> None:
     await _install(sim.kube, _policy("p", [NO_BAD]), _binding("b", "p", ["Warn"]))
     assert sim.server.certs is not None
     context = ssl.create_default_context(cafile=str(sim.server.certs.ca_file))
-    async with aiohttp.ClientSession() as session, session.post(
-        f"{sim.url}{PODS}",
-        json=_pod("evil", bad="yes"),
-        headers={"Authorization": f"Bearer {sim.server.token}"},
-        ssl=context,
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{sim.url}{PODS}",
+            json=_pod("evil", bad="yes"),
+            headers={"Authorization": f"Bearer {sim.server.token}"},
+            ssl=context,
+        ) as response,
+    ):
         assert response.status == 201
         assert response.headers.getall("Warning") == [
             "299 - \"Validation failed for ValidatingAdmissionPolicy 'p' with binding "
