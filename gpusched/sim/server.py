@@ -36,7 +36,7 @@ from aiohttp import web
 from multidict import MultiDict
 
 from gpusched import __version__
-from gpusched.sim import errors, openapi
+from gpusched.sim import errors, openapi, protobuf
 from gpusched.sim.access import PATH as ACCESS_REVIEWS_PATH
 from gpusched.sim.access import AccessReviews
 from gpusched.sim.admission import Admission
@@ -649,6 +649,9 @@ async def _read_body(request: web.Request) -> Any:
     try:
         if ctype in ("application/yaml", "application/x-yaml"):
             return yaml.safe_load(raw)
+        decoded = protobuf.decode(raw) if ctype == protobuf.CONTENT_TYPE else None
+        if decoded is not None:  # what kubectl create token / auth can-i send
+            return decoded
         if ctype not in ("application/json", ""):
             raise errors.APIError(
                 {

@@ -242,9 +242,33 @@ async def test_kubectl_with_a_token_kubeconfig(sim: SimCluster, tmp_path: Path) 
 
     code, out = await kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
     assert (code, out) == (0, "system:serviceaccount:team:bot")
+    code, out = await kubectl("auth", "can-i", "list", "pods")  # a protobuf review
+    assert (code, out.strip()) == (1, "no")
     code, out = await kubectl("get", "pods", "-n", "team")
     assert code == 1
     assert (
         'User "system:serviceaccount:team:bot" cannot list resource "pods" in API group "" in '
         'the namespace "team"'
     ) in out
+
+
+@pytest.mark.kubectl
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+async def test_kubectl_create_token(sim: SimCluster, tmp_path: Path) -> None:
+    """``kubectl create token`` sends a protobuf TokenRequest (gpusched.sim.protobuf)."""
+    await sim.kube.create("/api/v1/namespaces/team/pods", _pod("p", "bot", "n1"))
+    config = sim.write_kubeconfig(tmp_path / "kc")
+    proc = await asyncio.create_subprocess_exec(
+        *("kubectl", "--kubeconfig", str(config), "-n", "team", "create", "token", "bot"),
+        *("--duration", "20m", "--bound-object-kind", "Pod", "--bound-object-name", "p"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    token = out.decode().strip()
+    claims = _claims(token)
+    assert claims["exp"] - claims["iat"] == 1200
+    assert claims["kubernetes.io"]["pod"]["name"] == "p"
+    info = await _whoami(sim, token)
+    assert info["extra"][EXTRA_NODE_NAME] == ["n1"]
