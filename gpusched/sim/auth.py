@@ -279,12 +279,12 @@ class Tokens:
 
     def authenticate(self, token: str) -> UserInfo | None:
         """Who ``token`` is, or None (401)."""
-        if hmac.compare_digest(token, self.admin_token):
+        if hmac.compare_digest(token.encode(), self.admin_token.encode()):
             return ADMIN
         head, _, rest = token.partition(".")
         payload, _, signature = rest.partition(".")
         if head != self._header or not hmac.compare_digest(
-            signature, self._sign(f"{head}.{payload}")
+            signature.encode(), self._sign(f"{head}.{payload}").encode()
         ):
             return None
         claims = orjson.loads(_unb64(payload))

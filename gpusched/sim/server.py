@@ -26,6 +26,7 @@ import logging
 import random
 import secrets
 import shutil
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -135,8 +136,8 @@ class APIServer:
         self.access_reviews = AccessReviews()  # SelfSubjectAccessReviews (gpusched.sim.access)
         self.tokens = Tokens(self.store, self.clock, self.token)
         self.authorizer = Authorizer(self.store)
-        self.refusals: list[tuple[str, str]] = []
-        """``(user, message)`` of every request the authorizer refused (403), oldest first."""
+        self.refusals: deque[tuple[str, str]] = deque(maxlen=1000)
+        """``(user, message)`` of the last 1000 requests the authorizer refused (403)."""
         self.bookmark_interval = bookmark_interval
         self.requests = 0
         self._runner: web.AppRunner | None = None

@@ -192,7 +192,7 @@ async def test_unknown_and_forged_tokens_are_401(sim: SimCluster) -> None:
     claims = _claims(token)
     claims["sub"] = "system:serviceaccount:kube-system:admin"
     forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
-    for bad in ("nonsense", f"{head}.{forged}.{signature}", token + "x"):
+    for bad in ("nonsense", "caf\u00e9", f"{head}.{forged}.{signature}", token + "x"):
         assert not await _authenticates(sim, bad)
     assert await _authenticates(sim, token)
 
