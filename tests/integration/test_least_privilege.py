@@ -1,9 +1,9 @@
 """The scheduler does its whole job with exactly the permissions the shipped RBAC grants.
 
 The shipped install is rendered with ``kubectl kustomize deploy/`` and its Namespaces,
-ServiceAccounts, Roles, ClusterRoles and bindings (picked by kind, so the layout of deploy/ does
-not matter) are applied to the simulated cluster, which enforces RBAC for service-account
-tokens (gpusched.sim.rbac). The scheduler's ServiceAccount is the one its Deployment runs
+ServiceAccounts, Roles, ClusterRoles, bindings and ValidatingAdmissionPolicies (picked by kind,
+so the layout of deploy/ does not matter) are applied to the simulated cluster, which enforces
+RBAC for service-account tokens (gpusched.sim.rbac) and the policies (gpusched.sim.vap). The scheduler's ServiceAccount is the one its Deployment runs
 as. Then the real Scheduler, with leader election, runs on a token of that ServiceAccount:
 preflight finds nothing missing, GPU pods, a gang and a preemption bind, Events are written and
 the reservation and leader Leases are used; the API server refused none of its requests.
@@ -41,14 +41,17 @@ from gpusched.scheduler import Scheduler
 
 KUBECTL = shutil.which("kubectl")
 DEPLOY = Path(__file__).resolve().parent.parent.parent / "deploy"
-RBAC_KINDS = (
+ACCESS_KINDS = (
     "Namespace",
     "ServiceAccount",
     "ClusterRole",
     "Role",
     "ClusterRoleBinding",
     "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 )
+"""What decides what a component may do: applied from the render, in this order."""
 WAIT = 60.0
 
 pytestmark = [
@@ -80,7 +83,8 @@ def _scheduler_account(docs: list[dict[str, Any]]) -> tuple[str, str]:
 
 async def _apply(kube: Kube, doc: dict[str, Any]) -> None:
     group, _, version = doc["apiVersion"].rpartition("/")
-    plural = {"ServiceAccount": "serviceaccounts"}.get(doc["kind"], doc["kind"].lower() + "s")
+    kind = doc["kind"].lower()
+    plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
     path = resource_path(group, version, plural, doc["metadata"].get("namespace"))
     with contextlib.suppress(APIConflict):
         await kube.create(path, doc)
@@ -97,7 +101,7 @@ async def test_scheduler_with_the_shipped_rbac(bed: Bed) -> None:
     assert sim is not None
     docs = _render()
     for doc in docs:
-        if doc["kind"] in RBAC_KINDS:
+        if doc["kind"] in ACCESS_KINDS:
             await _apply(bed.kube, doc)
     namespace, account = _scheduler_account(docs)
     kube = Kube(sim.api_client(token=sim.service_account_token(namespace, account)))
