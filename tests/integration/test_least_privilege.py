@@ -3,10 +3,11 @@
 The shipped install is rendered with ``kubectl kustomize deploy/`` and its Namespaces,
 ServiceAccounts, Roles, ClusterRoles, bindings and ValidatingAdmissionPolicies (picked by kind,
 so the layout of deploy/ does not matter) are applied to the simulated cluster, which enforces
-RBAC for service-account tokens (gpusched.sim.rbac) and the policies (gpusched.sim.vap). The scheduler's ServiceAccount is the one its Deployment runs
-as. Then the real Scheduler, with leader election, runs on a token of that ServiceAccount:
-preflight finds nothing missing, GPU pods, a gang and a preemption bind, Events are written and
-the reservation and leader Leases are used; the API server refused none of its requests.
+RBAC for service-account tokens (gpusched.sim.rbac) and the policies (gpusched.sim.vap). The
+scheduler's ServiceAccount is the one its Deployment runs as. Then the real Scheduler, with
+leader election, runs on a token of that ServiceAccount: preflight finds nothing missing, GPU
+pods, a gang and a preemption bind, Events are written and the reservation and leader Leases
+are used; the API server refused none of its requests.
 
 Needs kubectl (with its built-in kustomize); skipped without it. Simulation only: a real cluster
 would need impersonation, which this test does not do.
