@@ -129,7 +129,7 @@ def request_info(method: str, path: str, query: Mapping[str, str]) -> Attributes
     name = parts[1] if len(parts) >= 2 else ""
     resource = parts[0]
     if not name and verb == "get":
-        watch = query.get("watch", "").lower() not in ("", "false", "0")
+        watch = query.get("watch", "").lower() not in ("", "0", "f", "false")  # ParseBool
         verb = "watch" if watch else "list"
         selector = query.get("fieldSelector", "")
         if selector:
