@@ -557,6 +557,7 @@ async def _serve_webhook(args: argparse.Namespace, config: WebhookConfig) -> int
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        certs.close()
         if kube is not None:
             await kube.close()
     return 0

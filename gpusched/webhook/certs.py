@@ -33,6 +33,7 @@ import base64
 import datetime as dt
 import logging
 import os
+import shutil
 import ssl
 import tempfile
 from dataclasses import dataclass, field
@@ -308,6 +309,7 @@ class WebhookCerts:
     _ctx: ssl.SSLContext | None = field(default=None, init=False)
     _denied: set[tuple[str, str]] = field(default_factory=set, init=False)
     _problems: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+    _own_dir: bool = field(default=False, init=False)
 
     @property
     def secret_name(self) -> str:
@@ -358,6 +360,12 @@ class WebhookCerts:
         await self.check()
         return self.ssl_context
 
+    def close(self) -> None:
+        """Remove the temporary directory the self-signed mode made (it holds the key)."""
+        if self._own_dir and self.work_dir is not None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            self.work_dir, self._own_dir = None, False
+
     async def run(self) -> None:
         """Check forever; problems are logged and retried next period."""
         while True:
@@ -395,8 +403,10 @@ class WebhookCerts:
         if bundle == self.bundle:
             return False
         if self.mode == "self-signed":
-            directory = self.work_dir or Path(tempfile.mkdtemp(prefix="gpusched-webhook-tls-"))
-            self.work_dir = directory
+            if self.work_dir is None:
+                self.work_dir = Path(tempfile.mkdtemp(prefix="gpusched-webhook-tls-"))
+                self._own_dir = True
+            directory = self.work_dir
             cert_file, key_file = directory / "tls.crt", directory / "tls.key"
             cert_file.write_bytes(bundle.cert_pem)
             key_file.touch(mode=0o600)

@@ -91,6 +91,7 @@ async def serving(sim: SimCluster, certs: WebhookCerts) -> AsyncIterator[Webhook
         yield server
     finally:
         await server.stop()
+        certs.close()
 
 
 def ca_bundles(configuration: dict[str, Any]) -> list[str]:
@@ -139,6 +140,10 @@ async def test_a_fresh_cluster_gets_a_secret_a_ca_bundle_and_mutated_pods(
             version = (await sim.kube.get(MWC))["metadata"]["resourceVersion"]
             assert await certs.check() is False
             assert (await sim.kube.get(MWC))["metadata"]["resourceVersion"] == version
+            directory = certs.work_dir
+            assert directory is not None
+            assert (directory / "tls.key").stat().st_mode & 0o077 == 0  # the key is private
+    assert not directory.exists()  # close() removed it
     assert certs.problems == []
     text = caplog.text
     for step in ("is absent: creating it", "created Secret", "patched caBundle", "serving"):

@@ -75,6 +75,7 @@ KUBELET_SOCKET: Final = "kubelet.sock"
 _REGISTER_TIMEOUT: Final = 10.0
 _CONFLICT_RETRIES: Final = 3
 
+
 def _stat(path: Path) -> tuple[int, int] | None:
     """(inode, change time in ns) of ``path``, None when it does not exist."""
     try:
