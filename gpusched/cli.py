@@ -9,9 +9,10 @@
     gpusched sim fleet   apply|delete --cluster NAME|FILE --kubeconfig K
     gpusched sim kubelet --kubeconfig K
     gpusched sim clusters
-    gpusched webhook     --cert F --key F [--port 8443] [--failure-policy Ignore|Fail]
-                         [--kubeconfig K] [--no-mig-fallback]
-    gpusched webhook     --print-manifests [--failure-policy Ignore|Fail]
+    gpusched webhook     [--tls self-signed|cert-manager|files] [--cert F --key F | --cert-dir D]
+                         [--port 8443] [--failure-policy Ignore|Fail] [--kubeconfig K]
+                         [--no-mig-fallback]
+    gpusched webhook     --print-manifests [--output-dir DIR] [--failure-policy Ignore|Fail]
 
 ``gpusched scheduler`` serves ``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``
 on the metrics port. ``/readyz`` is 200 when the replica can do its part: without
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from gpusched.scheduler import Scheduler
     from gpusched.sim.fleet import ClusterSpec
     from gpusched.webhook.config import WebhookConfig
-    from gpusched.webhook.mig_view import MigView
 
 __all__ = ["main"]
 
@@ -145,8 +145,33 @@ def _parser() -> argparse.ArgumentParser:
     simsub.add_parser("clusters", help="list the shipped cluster specs")
 
     hook = sub.add_parser("webhook", help="the admission webhook (AdmissionReview v1, HTTPS)")
-    hook.add_argument("--cert", default=None, help="serving certificate, PEM")
-    hook.add_argument("--key", default=None, help="its private key, PEM")
+    hook.add_argument(
+        "--tls",
+        choices=["self-signed", "cert-manager", "files"],
+        default=None,
+        help="where the serving certificate comes from (docs/webhook.md): self-signed (default "
+        "without --cert; keeps the Secret <service>-tls and patches caBundle), cert-manager "
+        "(the mounted Secret; writes nothing), files (default with --cert/--key)",
+    )
+    hook.add_argument("--cert", default=None, help="serving certificate, PEM (--tls files)")
+    hook.add_argument("--key", default=None, help="its private key, PEM (--tls files)")
+    hook.add_argument(
+        "--cert-dir",
+        default="/etc/gpusched-webhook",
+        help="where the mounted Secret's tls.crt and tls.key are, without --cert/--key "
+        "(default /etc/gpusched-webhook)",
+    )
+    hook.add_argument(
+        "--namespace",
+        default=None,
+        help="the webhook's namespace: its Secret's, and in its DNS names "
+        "(default $POD_NAMESPACE, else gpusched-system)",
+    )
+    hook.add_argument(
+        "--service-name",
+        default="gpusched-webhook",
+        help="its Service, webhook configurations and Secret <name>-tls (gpusched-webhook)",
+    )
     hook.add_argument("--host", default="0.0.0.0")
     hook.add_argument("--port", type=int, default=8443)
     hook.add_argument(
@@ -180,7 +205,12 @@ def _parser() -> argparse.ArgumentParser:
     hook.add_argument(
         "--print-manifests",
         action="store_true",
-        help="print the Service, Deployment and webhook configurations as YAML, and exit",
+        help="print the RBAC, Service, Deployment and webhook configurations as YAML, and exit",
+    )
+    hook.add_argument(
+        "--output-dir",
+        default=None,
+        help="with --print-manifests: write them as a kustomize folder (deploy/webhook/)",
     )
     return parser
 
@@ -380,65 +410,133 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def _webhook(args: argparse.Namespace) -> int:
-    import yaml
+    import os
 
-    from gpusched.webhook import WebhookConfig, webhook_manifests
+    from gpusched.webhook import WebhookConfig
 
     config = WebhookConfig(
         failure_policy=args.failure_policy,
         scheduler_names=tuple(args.scheduler_name or ("gpusched",)),
         visible_devices_for_device_plugin_pods=args.visible_devices_for_device_plugin_pods,
+        namespace=args.namespace or os.environ.get("POD_NAMESPACE") or "gpusched-system",
+        service_name=args.service_name,
     )
     if args.print_manifests:
         if not 0 < args.port < 65536:
             raise UsageError(f"webhook: --port {args.port}: the manifests need a port 1-65535")
-        config = config.model_copy(update={"port": args.port})
-        print(yaml.safe_dump_all(webhook_manifests(config), sort_keys=False), end="")
+        _print_webhook_manifests(config.model_copy(update={"port": args.port}), args.output_dir)
         return 0
-    if not args.cert or not args.key:
-        raise UsageError(
-            "webhook: --cert and --key are required (API servers call webhooks over HTTPS "
-            "only); give the serving certificate and key files, PEM"
-        )
     return asyncio.run(_serve_webhook(args, config))
 
 
-async def _mig_view(args: argparse.Namespace) -> tuple[Kube | None, MigView | None]:
-    """The MIG fallback's informers, on the cluster of ``--kubeconfig`` or in-cluster. Without
-    either (a webhook run by hand for testing), MIG fallback is off, with a warning."""
-    from gpusched.kube.client import connect
-    from gpusched.webhook import MigView
+_MANIFEST_HEADER = """\
+# gpusched's admission webhook: {what}
+# Generated by `gpusched webhook --print-manifests --output-dir deploy/webhook`
+# (tests/test_webhook_config.py checks that these files match). docs/webhook.md explains TLS.
+"""
+_MANIFEST_WHAT = {
+    "kustomization.yaml": "RBAC, Service, Deployment, webhook configurations.",
+    "rbac.yaml": "ServiceAccount and least-privilege RBAC.",
+    "service.yaml": "the Service the API server calls.",
+    "deployment.yaml": "two replicas (TLS self-signed) and their PodDisruptionBudget.",
+    "webhooks.yaml": (
+        "Mutating/ValidatingWebhookConfiguration.\n"
+        "# caBundle is patched in by the webhook (--tls self-signed) or by cert-manager's CA\n"
+        "# injector (deploy/overlays/cert-manager). failurePolicy Ignore is fail-open, Fail is\n"
+        "# fail-closed: gpusched/webhook/config.py says when to choose which."
+    ),
+}
 
-    if args.no_mig_fallback:
-        return None, None
+
+def _print_webhook_manifests(config: WebhookConfig, output_dir: str | None) -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from gpusched.webhook.config import MANIFEST_FILES, webhook_manifest_files
+
+    files = webhook_manifest_files(config)
+    if output_dir is None:
+        docs = [doc for name in MANIFEST_FILES for doc in files[name]]
+        print(yaml.safe_dump_all(docs, sort_keys=False), end="")
+        return
+    out = Path(output_dir)
     try:
-        kube = await connect(args.kubeconfig, args.context)
+        out.mkdir(parents=True, exist_ok=True)
+        kustomization = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": list(MANIFEST_FILES),
+        }
+        for name, body in (
+            ("kustomization.yaml", yaml.safe_dump(kustomization, sort_keys=False)),
+            *((n, yaml.safe_dump_all(files[n], sort_keys=False)) for n in MANIFEST_FILES),
+        ):
+            header = _MANIFEST_HEADER.format(what=_MANIFEST_WHAT[name])
+            (out / name).write_text(header + body)
+    except OSError as exc:
+        raise UsageError(f"webhook: cannot write --output-dir {output_dir}: {exc}") from None
+
+
+async def _webhook_kube(args: argparse.Namespace, needed_for: str | None) -> Kube | None:
+    """The cluster of ``--kubeconfig`` or in-cluster. ``needed_for`` says what requires it
+    (a failure is then an error); without it a failure is a warning and the MIG fallback off."""
+    from gpusched.kube.client import connect
+
+    try:
+        return await connect(args.kubeconfig, args.context)
     except Exception as exc:  # kubernetes_asyncio raises ConfigException and plain errors
         if args.kubeconfig is not None:
             raise UsageError(f"webhook: cannot load kubeconfig {args.kubeconfig}: {exc}") from None
+        if needed_for is not None:
+            raise UsageError(
+                f"webhook: {needed_for} needs the cluster (in-cluster, or --kubeconfig): {exc}; "
+                "or serve a certificate you have with --cert F --key F"
+            ) from None
         log.warning(
             "MIG fallback is off: no cluster to watch (%s); run in a cluster, give --kubeconfig, "
             "or pass --no-mig-fallback to silence this",
             exc,
         )
-        return None, None
-    return kube, MigView(kube)
+        return None
 
 
 async def _serve_webhook(args: argparse.Namespace, config: WebhookConfig) -> int:
-    from gpusched.webhook import WebhookServer, server_ssl_context
+    from pathlib import Path
 
-    try:
-        ctx = server_ssl_context(args.cert, args.key)
-    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-        raise UsageError(
-            f"webhook: cannot load --cert {args.cert} / --key {args.key}: {exc}; "
-            "give a PEM certificate and its matching key"
-        ) from None
-    kube, view = await _mig_view(args)
+    from gpusched.kube.errors import APIError
+    from gpusched.webhook import MigView, WebhookServer
+    from gpusched.webhook.certs import CertError, TLSMode, WebhookCerts
+
+    mode: TLSMode = args.tls or ("files" if args.cert or args.key else "self-signed")
+    if mode != "self-signed" and bool(args.cert) != bool(args.key):
+        raise UsageError("webhook: give both --cert and --key, or neither (--cert-dir)")
+    cert_dir = Path(args.cert_dir)
+    cert_file = Path(args.cert) if args.cert else cert_dir / "tls.crt"
+    key_file = Path(args.key) if args.key else cert_dir / "tls.key"
+    kube: Kube | None = None
+    if mode == "self-signed" or not args.no_mig_fallback:
+        kube = await _webhook_kube(args, "--tls self-signed" if mode == "self-signed" else None)
+    view = MigView(kube) if kube is not None and not args.no_mig_fallback else None
+    certs = WebhookCerts(
+        config,
+        mode=mode,
+        kube=kube if mode == "self-signed" else None,
+        cert_file=cert_file,
+        key_file=key_file,
+    )
     server = WebhookServer(config=config, mig_fallback=view)
-    watching = asyncio.create_task(view.run(), name="mig-view") if view is not None else None
+    tasks: list[asyncio.Task[None]] = []
     try:
+        try:
+            ctx = await certs.start()
+        except CertError as exc:
+            raise UsageError(f"webhook: {exc}") from None
+        except APIError as exc:
+            raise UsageError(f"webhook: TLS {mode}: the API server answered {exc}") from None
+        tasks.append(asyncio.create_task(certs.run(), name="webhook-certs"))
+        if view is not None:
+            tasks.append(asyncio.create_task(view.run(), name="mig-view"))
         try:
             await server.start(args.host, args.port, ssl_context=ctx)
         except OSError as exc:
@@ -449,16 +547,17 @@ async def _serve_webhook(args: argparse.Namespace, config: WebhookConfig) -> int
         await asyncio.sleep(0)
         print(
             f"gpusched webhook: serving /mutate and /validate on https://{args.host}:"
-            f"{server.port} (failurePolicy {config.failure_policy}; MIG fallback "
+            f"{server.port} (failurePolicy {config.failure_policy}; TLS {mode}; MIG fallback "
             f"{'on' if view is not None else 'off'})",
             flush=True,
         )
         await stopped
     finally:
         await server.stop()
-        if watching is not None:
-            watching.cancel()
-            await asyncio.gather(watching, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        certs.close()
         if kube is not None:
             await kube.close()
     return 0

@@ -298,17 +298,19 @@ def test_pointer_escapes_slashes_and_tildes() -> None:
 
 
 def test_all_is_complete() -> None:
+    import gpusched.webhook.certs as certs
     import gpusched.webhook.config as config
     import gpusched.webhook.mig_view as mig_view
     import gpusched.webhook.mutate as mutate
     import gpusched.webhook.server as server
     import gpusched.webhook.validate as validate
 
-    for module in (webhook, config, mig_view, mutate, server, validate):
+    for module in (webhook, certs, config, mig_view, mutate, server, validate):
         for name in module.__all__:
             assert hasattr(module, name), (module.__name__, name)
     public = {n for n in vars(webhook) if not n.startswith("_")} - {
         "annotations",
+        "certs",
         "config",
         "mig_view",
         "mutate",

@@ -1,13 +1,15 @@
 """``authorization.k8s.io/v1`` SelfSubjectAccessReviews: "may I do this?", asked by a client.
 
-The simulated API server has one bearer token with full access and enforces no RBAC, so every
-review is allowed, as the real server answers a cluster-admin token, unless a test configures
-denials (:attr:`AccessReviews.denied`) to play a service account whose Role lacks a rule, or
-turns the resource off (:attr:`AccessReviews.served` False) to play an API server that does not
-serve it (404). Create only, never stored (the real REST storage is ``rest.Creater`` alone):
-the answer is the request with ``status`` filled in. Validation is upstream's
-``ValidateSelfSubjectAccessReview`` (exactly one of resourceAttributes and
-nonResourceAttributes; empty metadata). Costs nothing until a client asks.
+The review is answered by the authorizer that guards the caller's own requests
+(:class:`gpusched.sim.rbac.Authorizer`): the admin token is allowed everything, a
+service-account token what the stored RBAC grants it, with upstream's ``reason`` (``RBAC:
+allowed by ...``). A test may also configure denials (:attr:`AccessReviews.denied`, applied
+before the authorizer) to play a token whose Role lacks a rule, or turn the resource off
+(:attr:`AccessReviews.served` False) to play an API server that does not serve it (404).
+Create only, never stored (the real REST storage is ``rest.Creater`` alone): the answer is the
+request with ``status`` filled in. Validation is upstream's ``ValidateSelfSubjectAccessReview``
+(exactly one of resourceAttributes and nonResourceAttributes; empty metadata). Costs nothing
+until a client asks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from gpusched.sim import errors
 from gpusched.sim.field import ErrorType, FieldError, struct
+from gpusched.sim.rbac import Attributes, Authorizer, UserInfo
 
 __all__ = ["GROUP", "PATH", "AccessReviews"]
 
@@ -40,8 +43,11 @@ class AccessReviews:
             for rule in self.denied
         )
 
-    def create(self, body: Any) -> dict[str, Any]:
-        """The created review (201), or raises the API error the real server would."""
+    def create(
+        self, body: Any, user: UserInfo | None = None, authorizer: Authorizer | None = None
+    ) -> dict[str, Any]:
+        """The created review (201) for ``user`` (the admin when None), or raises the API
+        error the real server would."""
         if not isinstance(body, dict) or body.get("kind", "SelfSubjectAccessReview") != (
             "SelfSubjectAccessReview"
         ):
@@ -75,16 +81,39 @@ class AccessReviews:
             )
         if errs:
             raise errors.invalid("SelfSubjectAccessReview", GROUP, "", errs)
+        status: dict[str, Any] = {"allowed": True}
         if attrs is not None:
             resource = str(attrs.get("resource", ""))
             if attrs.get("subresource"):
                 resource += f"/{attrs['subresource']}"
-            allowed = self.allows(str(attrs.get("verb", "")), str(attrs.get("group", "")), resource)
+            denied = not self.allows(
+                str(attrs.get("verb", "")), str(attrs.get("group", "")), resource
+            )
+            asked = Attributes(
+                verb=str(attrs.get("verb", "")),
+                resource_request=True,
+                group=str(attrs.get("group", "")),
+                version=str(attrs.get("version", "")),
+                namespace=str(attrs.get("namespace", "")),
+                resource=str(attrs.get("resource", "")),
+                subresource=str(attrs.get("subresource", "")),
+                name=str(attrs.get("name", "")),
+            )
         else:
-            allowed = self.allows(str((non_resource or {}).get("verb", "")), "", "*")
-        status: dict[str, Any] = {"allowed": allowed}
-        if not allowed:
-            status["reason"] = ""  # RBAC has no opinion: denied without a reason, as upstream
+            non_resource = non_resource or {}
+            denied = not self.allows(str(non_resource.get("verb", "")), "", "*")
+            asked = Attributes(
+                verb=str(non_resource.get("verb", "")),
+                resource_request=False,
+                path=str(non_resource.get("path", "")),
+            )
+        if denied:
+            status["allowed"] = False  # RBAC has no opinion: no reason (omitempty), as upstream
+        elif user is not None and authorizer is not None:
+            decision = authorizer.authorize(user, asked)
+            status["allowed"] = decision.allowed
+            if decision.reason:
+                status["reason"] = decision.reason
         return {
             "kind": "SelfSubjectAccessReview",
             "apiVersion": f"{GROUP}/v1",

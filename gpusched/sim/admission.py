@@ -48,8 +48,10 @@ Differences from kube-apiserver (all observable):
 * Of several validating denials, the first in configuration order answers (upstream: the
   first to finish).
 * Only ``admission.k8s.io/v1`` reviews are sent (``admissionReviewVersions`` must list v1 to be
-  useful; upstream would fall back to v1beta1); ``userInfo`` is always the kubeconfig's user,
-  ``gpusched-sim`` in ``system:masters``.
+  useful; upstream would fall back to v1beta1).
+
+ValidatingAdmissionPolicies (``gpusched.sim.vap``) run here too, before the validating webhooks,
+with the requesting user (``gpusched.sim.auth.current_user``) as ``userInfo``.
 """
 
 from __future__ import annotations
@@ -70,10 +72,11 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from gpusched.sim import errors
+from gpusched.sim import errors, vap
 from gpusched.sim import field as fieldlib
 from gpusched.sim import patch as patchlib
 from gpusched.sim.apimachinery import go_quote, is_dns1035_label, is_dns1123_subdomain
+from gpusched.sim.auth import current_user, user_info
 from gpusched.sim.field import FieldError
 from gpusched.sim.kinds import _AGE_COL, _NAME_COL, Strategy, _col, _row, _since, _table
 from gpusched.sim.selectors import LabelSelector, SelectorError, label_selector_from_object
@@ -595,6 +598,7 @@ class Admission:
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
+        self.policies = vap.Policies(registry.store)
         self.services: dict[tuple[str, str, int], str] = {}
         self._session: aiohttp.ClientSession | None = None
         self._contexts: dict[str, ssl.SSLContext] = {}
@@ -611,7 +615,9 @@ class Admission:
         """Whether any configuration is stored (O(1): the hot path's only cost without any)."""
         storages = self.registry.store.storages
         return bool(
-            len(storages[_MUTATING_STORAGE].objects) or len(storages[_VALIDATING_STORAGE].objects)
+            len(storages[_MUTATING_STORAGE].objects)
+            or len(storages[_VALIDATING_STORAGE].objects)
+            or self.policies.active()
         )
 
     def _hooks(self, storage: str) -> list[dict[str, Any]]:
@@ -627,6 +633,8 @@ class Admission:
         if attrs.group == GROUP:
             return False
         probes = [replace(attrs, operation=op) for op in operations]
+        if any(self.policies.relevant(vap.request_from(p, None)) for p in probes):
+            return True
         return any(
             rule_matches(rule, probe)
             for storage in (_MUTATING_STORAGE, _VALIDATING_STORAGE)
@@ -673,7 +681,9 @@ class Admission:
         return obj
 
     async def validate(self, attrs: Attributes, obj: dict[str, Any] | None) -> None:
-        """Run the matching validating webhooks concurrently; raise the first denial."""
+        """Run the bound ValidatingAdmissionPolicies, then the matching validating webhooks
+        concurrently; raise the first denial."""
+        attrs.warnings.extend(self.policies.validate(vap.request_from(attrs, obj)))
         hooks = [h for h in self._hooks(_VALIDATING_STORAGE) if self._matches(h, attrs, obj)]
         if not hooks:
             return
@@ -718,7 +728,7 @@ class Admission:
             request["namespace"] = attrs.namespace
         request.update(
             operation=attrs.operation,
-            userInfo=dict(USER_INFO),
+            userInfo=user_info(current_user()),
             object=obj,
             oldObject=attrs.old,
             dryRun=attrs.dry_run,

@@ -7,6 +7,8 @@ The embedded default a new user runs first, the bed of every integration test an
         api = sim.api_client()               # a kubernetes_asyncio ApiClient, for typed APIs
         sim.faults.set([FaultRule("create", "pods", 0.1, 500)])
         print(sim.kubeconfig_path)           # for kubectl
+        token = sim.service_account_token("gpusched-system", "gpusched")
+        scheduler_api = sim.api_client(token=token)  # what that ServiceAccount's RBAC allows
 
     async with SimCluster("mig-medium", webhook=True) as sim:
         print(sim.webhook.url)               # gpusched's admission webhook, registered
@@ -126,19 +128,44 @@ class SimCluster:
         for the name ``<name>.<namespace>.svc``, as kube-apiserver does."""
         self.server.admission.map_service(namespace, name, url, port)
 
-    def configuration(self) -> k8s_client.Configuration:
-        """A kubernetes-asyncio Configuration for this cluster (as loaded from the kubeconfig)."""
+    def service_account_token(
+        self,
+        namespace: str,
+        name: str,
+        node: str | None = None,
+        *,
+        pod: str | None = None,
+        expiration_seconds: int = 3600,
+    ) -> str:
+        """A token for the ServiceAccount ``namespace/name`` (which must exist), as
+        ``kubectl create token`` gets one: bound to the Node ``node`` or the Pod ``pod`` when
+        given (its user then carries the node's name as ``authentication.kubernetes.io/
+        node-name``). Requests made with it are authorized by the stored RBAC."""
+        bound: dict[str, str] | None = None
+        if pod is not None:
+            bound = {"apiVersion": "v1", "kind": "Pod", "name": pod}
+        elif node is not None:
+            bound = {"apiVersion": "v1", "kind": "Node", "name": node}
+        token, _ = self.server.tokens.issue(
+            namespace, name, bound=bound, expiration_seconds=expiration_seconds
+        )
+        return token
+
+    def configuration(self, token: str | None = None) -> k8s_client.Configuration:
+        """A kubernetes-asyncio Configuration for this cluster (as loaded from the kubeconfig),
+        with the admin token or ``token``."""
         configuration = k8s_client.Configuration()
         configuration.host = self.server.url
-        configuration.api_key = {"BearerToken": self.server.token}
+        configuration.api_key = {"BearerToken": token or self.server.token}
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
         if self.server.certs is not None:
             configuration.ssl_ca_cert = str(self.server.certs.ca_file)
         return configuration
 
-    def api_client(self) -> k8s_client.ApiClient:
-        """A new kubernetes-asyncio ApiClient on this cluster, closed with the cluster."""
-        client = k8s_client.ApiClient(self.configuration())
+    def api_client(self, token: str | None = None) -> k8s_client.ApiClient:
+        """A new kubernetes-asyncio ApiClient on this cluster (the admin's, or ``token``'s),
+        closed with the cluster."""
+        client = k8s_client.ApiClient(self.configuration(token))
         self._clients.append(client)
         return client
 
@@ -152,10 +179,11 @@ class SimCluster:
         self._clients.append(client)
         return client
 
-    def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
+    def write_kubeconfig(self, path: str | os.PathLike[str], token: str | None = None) -> Path:
+        """Write a kubeconfig for the admin token, or for ``token`` (a service account's)."""
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(yaml.safe_dump(self.server.kubeconfig(), sort_keys=False))
+        out.write_text(yaml.safe_dump(self.server.kubeconfig(token=token), sort_keys=False))
         out.chmod(0o600)
         return out
 

@@ -34,7 +34,7 @@ import yaml
 
 from gpusched.sim import admission as admissionlib
 from gpusched.sim import crd as crdlib
-from gpusched.sim import errors, kinds
+from gpusched.sim import errors, kinds, rbac
 from gpusched.sim import field as fieldlib
 from gpusched.sim import patch as patchlib
 from gpusched.sim import policy as policylib
@@ -102,7 +102,7 @@ def parse_time(text: str) -> datetime:
 
 
 _STORED_KINDS: tuple[tuple[str, str, str, bool, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("", "serviceaccounts", "ServiceAccount", True, ("sa",), ()),
+    ("", "serviceaccounts", "ServiceAccount", True, ("sa",), ("token",)),
     ("", "configmaps", "ConfigMap", True, ("cm",), ()),
     ("", "secrets", "Secret", True, (), ()),
     ("", "services", "Service", True, ("svc",), ("status",)),
@@ -410,7 +410,8 @@ class Registry:
         # on (the simulation plays the Deployments' and DaemonSets' processes itself): stored
         # with the generic strategy, so the install can be applied and read back.
         for group, plural, kind, namespaced, short, subs in _STORED_KINDS:
-            self._builtin(group, "v1", plural, kind, namespaced, short, subs)
+            strategy = rbac.RBACStrategy(kind, group) if group == rbac.GROUP else None
+            self._builtin(group, "v1", plural, kind, namespaced, short, subs, strategy=strategy)
         for mutating in (True, False):
             webhooks = admissionlib.WebhookStrategy(mutating)
             self._builtin(
@@ -1541,6 +1542,16 @@ class Registry:
                     "kind": "Binding" if sub == "binding" else r.kind,
                     "verbs": verbs,
                 }
+                if sub == "token":  # served as authentication.k8s.io/v1 TokenRequest
+                    entry = {
+                        "name": f"{r.plural}/{sub}",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "group": "authentication.k8s.io",
+                        "version": "v1",
+                        "kind": "TokenRequest",
+                        "verbs": ["create"],
+                    }
                 if sub == "eviction":  # served as policy/v1 Eviction
                     entry = {
                         "name": f"{r.plural}/{sub}",

@@ -6,8 +6,11 @@ for the others, ``namespaces/NS/`` for namespaced resources, the ``/status``, ``
 and ``/eviction`` subresources, ``?watch=true`` (or the legacy ``/watch/`` prefix) for watch
 streams, and discovery at ``/api``, ``/apis``, ``/apis/GROUP``, ``/api/v1`` and
 ``/apis/GROUP/VERSION``.
-Every request must carry the bearer token written into the kubeconfig (401 otherwise), except
-the health endpoints.
+Every request must carry a bearer token (401 otherwise), except the health endpoints: the
+admin token written into the kubeconfig (``system:masters``, allowed everything) or a
+service-account token from ``POST .../serviceaccounts/NAME/token`` (``gpusched.sim.auth``),
+whose requests the RBAC authorizer checks against the stored Roles and bindings before any
+handler runs (``gpusched.sim.rbac``; 403 with the real server's message).
 
 The REST semantics live in ``registry.Registry``; this module parses requests, applies
 injected faults, calls admission webhooks (``admission.Admission``, only when a webhook
@@ -18,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import random
 import secrets
 import shutil
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,11 +37,14 @@ from aiohttp import web
 from multidict import MultiDict
 
 from gpusched import __version__
-from gpusched.sim import errors, openapi
+from gpusched.sim import errors, openapi, protobuf
 from gpusched.sim.access import PATH as ACCESS_REVIEWS_PATH
 from gpusched.sim.access import AccessReviews
 from gpusched.sim.admission import Admission
+from gpusched.sim.auth import REVIEWS_PATH as WHOAMI_PATH
+from gpusched.sim.auth import Tokens, self_subject_review, set_current_user
 from gpusched.sim.faults import Faults
+from gpusched.sim.rbac import BOOTSTRAP, Authorizer, forbidden, request_info
 from gpusched.sim.registry import Clock, ListResult, Registry, Resource
 from gpusched.sim.store import Entry, Store, dumps
 from gpusched.sim.tls import ServingCerts, make_serving_certs
@@ -126,6 +134,10 @@ class APIServer:
         self.registry = Registry(self.store, self.clock)
         self.admission = Admission(self.registry)
         self.access_reviews = AccessReviews()  # SelfSubjectAccessReviews (gpusched.sim.access)
+        self.tokens = Tokens(self.store, self.clock, self.token)
+        self.authorizer = Authorizer(self.store)
+        self.refusals: deque[tuple[str, str]] = deque(maxlen=1000)
+        """``(user, message)`` of the last 1000 requests the authorizer refused (403)."""
         self.bookmark_interval = bookmark_interval
         self.requests = 0
         self._runner: web.AppRunner | None = None
@@ -135,6 +147,12 @@ class APIServer:
         self.port = 0
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.registry.ensure_namespace(ns)
+        rbac_group = "rbac.authorization.k8s.io"
+        for obj in BOOTSTRAP:
+            plural = "clusterroles" if obj["kind"] == "ClusterRole" else "clusterrolebindings"
+            resource = self.registry.resource(rbac_group, "v1", plural)
+            assert resource is not None
+            self.registry.create(resource, None, copy.deepcopy(obj))
 
     @property
     def url(self) -> str:
@@ -180,13 +198,14 @@ class APIServer:
             shutil.rmtree(self.certs.directory, ignore_errors=True)
             self.certs = None
 
-    def kubeconfig(self, name: str = "gpusched-sim") -> dict[str, Any]:
-        """A kubeconfig that kubernetes-asyncio and kubectl both accept."""
+    def kubeconfig(self, name: str = "gpusched-sim", token: str | None = None) -> dict[str, Any]:
+        """A kubeconfig that kubernetes-asyncio and kubectl both accept, for the admin token or
+        for ``token`` (a service account's)."""
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": name, "cluster": self._cluster_entry()}],
-            "users": [{"name": name, "user": {"token": self.token}}],
+            "users": [{"name": name, "user": {"token": token or self.token}}],
             "contexts": [
                 {"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}
             ],
@@ -207,12 +226,21 @@ class APIServer:
         path = request.path
         if path in _HEALTH or _is_named_check(path):
             return web.Response(text="ok", content_type="text/plain")
-        auth = request.headers.get("Authorization", "")
-        if auth != f"Bearer {self.token}":
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        user = self.tokens.authenticate(token.strip()) if scheme.lower() == "bearer" else None
+        if user is None:
             return _error_response(errors.unauthorized())
+        set_current_user(user)  # this request's task only: admission's userInfo
         if self.faults.latency:
             await asyncio.sleep(self.faults.latency)
         try:
+            if not user.privileged:
+                attrs = request_info(request.method, path, request.query)
+                decision = self.authorizer.authorize(user, attrs)
+                if not decision.allowed:
+                    refusal = forbidden(user, attrs, decision.reason)
+                    self.refusals.append((user.name, str(refusal.status["message"])))
+                    raise refusal
             # go-restful (TrimRightSlashEnabled) serves /version, /api and /api/v1 with a
             # trailing slash too; /apis/ is registered on its own (UnlistedHandle).
             if path in ("/version", "/version/"):
@@ -240,7 +268,15 @@ class APIServer:
             if path == ACCESS_REVIEWS_PATH and self.access_reviews.served:
                 if request.method != "POST":
                     raise errors.method_not_allowed()
-                return _json_response(self.access_reviews.create(await _read_body(request)), 201)
+                review = self.access_reviews.create(
+                    await _read_body(request), user, self.authorizer
+                )
+                return _json_response(review, 201)
+            if path == WHOAMI_PATH:
+                if request.method != "POST":
+                    raise errors.method_not_allowed()
+                # No spec to read: kubectl sends it as protobuf, which the simulation cannot decode.
+                return _json_response(self_subject_review(user), 201)
             route = self._route(path)
             if route is None:
                 return _json_response(_NOT_FOUND_PATH, 404)
@@ -362,6 +398,12 @@ class APIServer:
             if method != "POST":
                 raise errors.method_not_allowed()
             return await self._binding(request, route.namespace or "", route.name)
+        if route.subresource == "token" and res.plural == "serviceaccounts":
+            if method != "POST":
+                raise errors.method_not_allowed()
+            body = await _read_body(request)
+            reply = self.tokens.token_request(route.namespace or "", route.name, body)
+            return _json_response(reply, 201)
         if route.subresource == "eviction":
             if method != "POST":
                 raise errors.method_not_allowed()
@@ -608,6 +650,9 @@ async def _read_body(request: web.Request) -> Any:
     try:
         if ctype in ("application/yaml", "application/x-yaml"):
             return yaml.safe_load(raw)
+        decoded = protobuf.decode(raw) if ctype == protobuf.CONTENT_TYPE else None
+        if decoded is not None:  # what kubectl create token / auth can-i send
+            return decoded
         if ctype not in ("application/json", ""):
             raise errors.APIError(
                 {

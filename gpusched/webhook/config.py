@@ -21,13 +21,19 @@ are excluded, so a fail-closed webhook can never block the pods that would bring
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-__all__ = ["FailurePolicy", "WebhookConfig", "webhook_manifests"]
+__all__ = [
+    "MANIFEST_FILES",
+    "FailurePolicy",
+    "WebhookConfig",
+    "webhook_manifest_files",
+    "webhook_manifests",
+]
 
 FailurePolicy = Literal["Fail", "Ignore"]
 
@@ -98,25 +104,96 @@ def _webhook(config: WebhookConfig, name: str, path: str, mutating: bool) -> dic
     return hook
 
 
-def webhook_manifests(config: WebhookConfig | None = None) -> list[dict[str, Any]]:
-    """ServiceAccount and its read-only ClusterRole (nodes and pods, for the MIG fallback's
-    informers), Service, Deployment, Mutating- and ValidatingWebhookConfiguration for ``config``.
+MANIFEST_FILES: Final = ("rbac.yaml", "service.yaml", "deployment.yaml", "webhooks.yaml")
+"""The files of ``deploy/webhook/`` besides its ``kustomization.yaml``, in apply order."""
 
-    The serving certificate is the Secret ``<service>-tls`` (``tls.crt``/``tls.key``); the
-    configurations ask cert-manager's CA injector to fill ``caBundle`` from the Certificate of
-    that name. Without cert-manager, set ``caBundle`` to the base64 CA yourself.
-    """
-    config = config or WebhookConfig()
-    name, ns = config.service_name, config.namespace
-    labels = {"app.kubernetes.io/name": name}
-    inject = {"cert-manager.io/inject-ca-from": f"{ns}/{name}"}
+
+def _labels(config: WebhookConfig) -> dict[str, str]:
+    return {"app.kubernetes.io/name": config.service_name}
+
+
+def _rbac(config: WebhookConfig) -> list[dict[str, Any]]:
+    """Least privilege: read nodes and pods (the MIG fallback's informers); get/update only its
+    own TLS Secret (create cannot be limited to a name in RBAC); get/patch only its own two
+    webhook configurations (``caBundle``). ``gpusched.webhook.certs`` names these rules when
+    one is missing."""
+    name, ns, labels = config.service_name, config.namespace, _labels(config)
+    account = [{"kind": "ServiceAccount", "name": name, "namespace": ns}]
+    group = "rbac.authorization.k8s.io"
+
+    def role(kind: str, role_name: str, rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        meta: dict[str, Any] = {"name": role_name, "labels": labels}
+        if kind == "Role":
+            meta["namespace"] = ns
+        binding_meta = dict(meta)
+        return [
+            {"apiVersion": f"{group}/v1", "kind": kind, "metadata": meta, "rules": rules},
+            {
+                "apiVersion": f"{group}/v1",
+                "kind": f"{kind}Binding",
+                "metadata": binding_meta,
+                "roleRef": {"apiGroup": group, "kind": kind, "name": role_name},
+                "subjects": account,
+            },
+        ]
+
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+        },
+        *role(
+            "ClusterRole",
+            name,
+            [
+                {
+                    "apiGroups": [""],
+                    "resources": ["nodes", "pods"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        ),
+        *role(
+            "ClusterRole",
+            f"{name}-cabundle",
+            [
+                {
+                    "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": [
+                        "mutatingwebhookconfigurations",
+                        "validatingwebhookconfigurations",
+                    ],
+                    "resourceNames": [name],
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        ),
+        *role(
+            "Role",
+            f"{name}-tls",
+            [
+                {
+                    "apiGroups": [""],
+                    "resources": ["secrets"],
+                    "resourceNames": [f"{name}-tls"],
+                    "verbs": ["get", "update"],
+                },
+                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            ],
+        ),
+    ]
+
+
+def _deployment(config: WebhookConfig) -> list[dict[str, Any]]:
+    name, ns, labels = config.service_name, config.namespace, _labels(config)
     command = [
         "gpusched",
         "webhook",
-        "--cert",
-        "/etc/gpusched-webhook/tls.crt",
-        "--key",
-        "/etc/gpusched-webhook/tls.key",
+        "--tls",
+        "self-signed",
+        "--service-name",
+        name,
         "--port",
         str(config.port),
         "--failure-policy",
@@ -127,45 +204,7 @@ def webhook_manifests(config: WebhookConfig | None = None) -> list[dict[str, Any
     if config.visible_devices_for_device_plugin_pods:
         command.append("--visible-devices-for-device-plugin-pods")
     probe = {"httpGet": {"path": "/healthz", "port": "https", "scheme": "HTTPS"}}
-    docs = [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": name, "namespace": ns, "labels": labels},
-        },
-        {
-            # The MIG fallback's informers (gpusched.webhook.mig_view): read-only.
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name, "labels": labels},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["nodes", "pods"],
-                    "verbs": ["get", "list", "watch"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name, "labels": labels},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": name,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": {
-                "selector": labels,
-                "ports": [{"name": "https", "port": 443, "targetPort": "https"}],
-            },
-        },
+    return [
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -178,42 +217,114 @@ def webhook_manifests(config: WebhookConfig | None = None) -> list[dict[str, Any
                     "spec": {
                         "serviceAccountName": name,
                         "priorityClassName": "system-cluster-critical",
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": 65532,
+                            "runAsGroup": 65532,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "affinity": {
+                            "podAntiAffinity": {
+                                "preferredDuringSchedulingIgnoredDuringExecution": [
+                                    {
+                                        "weight": 100,
+                                        "podAffinityTerm": {
+                                            "topologyKey": "kubernetes.io/hostname",
+                                            "labelSelector": {"matchLabels": labels},
+                                        },
+                                    }
+                                ]
+                            }
+                        },
                         "containers": [
                             {
                                 "name": "webhook",
                                 "image": config.image,
                                 "command": command,
+                                "env": [
+                                    {
+                                        # The Secret's namespace, and the names in the certificate.
+                                        "name": "POD_NAMESPACE",
+                                        "valueFrom": {
+                                            "fieldRef": {"fieldPath": "metadata.namespace"}
+                                        },
+                                    }
+                                ],
                                 "ports": [{"name": "https", "containerPort": config.port}],
                                 "livenessProbe": probe,
                                 "readinessProbe": probe,
-                                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-                                "volumeMounts": [
-                                    {
-                                        "name": "tls",
-                                        "mountPath": "/etc/gpusched-webhook",
-                                        "readOnly": True,
-                                    }
-                                ],
+                                "resources": {
+                                    "requests": {"cpu": "100m", "memory": "128Mi"},
+                                    "limits": {"memory": "512Mi"},
+                                },
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]},
+                                },
+                                # The certificate's files for the ssl module (self-signed mode).
+                                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                             }
                         ],
-                        "volumes": [{"name": "tls", "secret": {"secretName": f"{name}-tls"}}],
+                        "volumes": [{"name": "tmp", "emptyDir": {"medium": "Memory"}}],
                     },
                 },
             },
         },
         {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": name, "annotations": inject},
-            "webhooks": [_webhook(config, "mutate.webhook.gpusched.io", "/mutate", True)],
-        },
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": name, "annotations": inject},
-            "webhooks": [_webhook(config, "validate.webhook.gpusched.io", "/validate", False)],
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
         },
     ]
+
+
+def webhook_manifest_files(config: WebhookConfig | None = None) -> dict[str, list[dict[str, Any]]]:
+    """``deploy/webhook/``'s files (:data:`MANIFEST_FILES`) and their documents for ``config``:
+    ServiceAccount and RBAC, Service, Deployment and PodDisruptionBudget, and the
+    Mutating- and ValidatingWebhookConfiguration.
+
+    TLS is the webhook's own (``--tls self-signed``, ``gpusched.webhook.certs``): it keeps the
+    Secret ``<service>-tls`` and patches ``caBundle`` into both configurations, which ship
+    without one. ``deploy/overlays/cert-manager/`` hands both jobs to cert-manager instead.
+    """
+    config = config or WebhookConfig()
+    name, labels = config.service_name, _labels(config)
+    files: dict[str, list[dict[str, Any]]] = {
+        "rbac.yaml": _rbac(config),
+        "service.yaml": [
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "namespace": config.namespace, "labels": labels},
+                "spec": {
+                    "selector": labels,
+                    "ports": [{"name": "https", "port": 443, "targetPort": "https"}],
+                },
+            }
+        ],
+        "deployment.yaml": _deployment(config),
+        "webhooks.yaml": [
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": name, "labels": labels},
+                "webhooks": [_webhook(config, "mutate.webhook.gpusched.io", "/mutate", True)],
+            },
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": name, "labels": labels},
+                "webhooks": [_webhook(config, "validate.webhook.gpusched.io", "/validate", False)],
+            },
+        ],
+    }
     # A JSON round trip: no dict shared between documents (YAML would print them as anchors).
-    manifests: list[dict[str, Any]] = orjson.loads(orjson.dumps(docs))
-    return manifests
+    copied: dict[str, list[dict[str, Any]]] = orjson.loads(orjson.dumps(files))
+    return copied
+
+
+def webhook_manifests(config: WebhookConfig | None = None) -> list[dict[str, Any]]:
+    """All of :func:`webhook_manifest_files`'s documents, in apply order."""
+    return [doc for docs in webhook_manifest_files(config).values() for doc in docs]
