@@ -1,7 +1,8 @@
 """The agent's shipped RBAC and own-node policy on the simulated API server, which authorizes
-service-account tokens by the stored RBAC and enforces ValidatingAdmissionPolicies
+service-account tokens by the stored RBAC and enforces ValidatingAdmissionPolicies with CEL
 (gpusched.sim.vap): after `kubectl apply -k deploy/`, a token bound to node A (as the
-DaemonSet pod's is) writes A's Node, GPUNodeInventory and pods, and nothing of node B's."""
+DaemonSet pod's is) writes A's Node, GPUNodeInventory and pods, and nothing of node B's, nor
+the label that chooses the device-plugin DaemonSet."""
 
 from __future__ import annotations
 
@@ -51,19 +52,15 @@ def pod_path(name: str) -> str:
     return resource_path("", "v1", "pods", "default", name)
 
 
-async def _pod(sim: SimCluster, name: str, node: str) -> None:
-    await sim.kube.create(
-        resource_path("", "v1", "pods", "default"),
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]},
-        },
-    )
+async def _pod(sim: SimCluster, name: str, node: str | None) -> None:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}]}
+    if node:
+        spec["nodeName"] = node
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    await sim.kube.create(resource_path("", "v1", "pods", "default"), pod)
 
 
-def _labels(labels: dict[str, str]) -> dict[str, Any]:
+def _labels(labels: dict[str, str | None]) -> dict[str, Any]:
     return {"metadata": {"labels": labels}}
 
 
@@ -72,35 +69,48 @@ def _annotations(annotations: dict[str, str]) -> dict[str, Any]:
 
 
 WRITES = [
-    # (what, path, body, allowed for the agent of node A, message of the refusal)
-    ("own node's labels", node_path(A), _labels({"gpusched.io/check": "1"}), True, ""),
-    ("another node's labels", node_path(B), _labels({"gpusched.io/check": "1"}), False,
+    # (what, the token's node, path, body, allowed, message of the refusal). Node B is labelled
+    # for gpusched's device plugin.
+    ("own node's labels", A, node_path(A), _labels({"gpusched.io/check": "1"}), True, ""),
+    ("another node's labels", A, node_path(B), _labels({"gpusched.io/check": "1"}), False,
      f"the gpusched agent of node {A} may only write the nodes named {A}"),
-    ("own node's device-plugin label", node_path(A),
+    ("own node's device-plugin label", A, node_path(A),
      _labels({"gpusched.io/device-plugin": "true"}), False,
      "may not change its node's gpusched.io/device-plugin label"),
-    ("own inventory", f"{INVENTORIES}/{A}", _labels({"gpusched.io/check": "1"}), True, ""),
-    ("another node's inventory", f"{INVENTORIES}/{B}", _labels({"gpusched.io/check": "1"}),
+    ("labels beside the device-plugin label", B, node_path(B),
+     _labels({"gpusched.io/check": "1"}), True, ""),
+    ("the device-plugin label away", B, node_path(B),
+     _labels({"gpusched.io/device-plugin": None}), False,
+     "may not change its node's gpusched.io/device-plugin label"),
+    ("own inventory", A, f"{INVENTORIES}/{A}", _labels({"gpusched.io/check": "1"}), True, ""),
+    ("another node's inventory", A, f"{INVENTORIES}/{B}", _labels({"gpusched.io/check": "1"}),
      False, f"may only write the gpunodeinventories named {A}"),
-    ("own inventory's status", f"{INVENTORIES}/{A}/status", {"status": {"usedMemoryMiB": 1}},
-     True, ""),
-    ("another inventory's status", f"{INVENTORIES}/{B}/status",
+    ("own inventory's status", A, f"{INVENTORIES}/{A}/status",
+     {"status": {"usedMemoryMiB": 1}}, True, ""),
+    ("another inventory's status", A, f"{INVENTORIES}/{B}/status",
      {"status": {"usedMemoryMiB": 1}}, False, f"may only write the gpunodeinventories named {A}"),
-    ("a pod on its node", pod_path("on-a"), _annotations({"gpusched.io/allocated": "x"}), True,
-     ""),
-    ("a pod on another node", pod_path("on-b"), _annotations({"gpusched.io/allocated": "x"}),
-     False, f"the gpusched agent of node {A} may only write pods bound to that node"),
+    ("a pod on its node", A, pod_path("on-a"), _annotations({"gpusched.io/allocated": "x"}),
+     True, ""),
+    ("a pod on another node", A, pod_path("on-b"),
+     _annotations({"gpusched.io/allocated": "x"}), False,
+     f"the gpusched agent of node {A} may only write pods bound to that node"),
+    ("a pod bound to no node", A, pod_path("unbound"),
+     _annotations({"gpusched.io/allocated": "x"}), False,
+     f"the gpusched agent of node {A} may only write pods bound to that node"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("what", "path", "body", "allowed", "message"), WRITES,
+@pytest.mark.parametrize(("what", "node", "path", "body", "allowed", "message"), WRITES,
                          ids=[w[0] for w in WRITES])  # fmt: skip
 async def test_the_agent_of_a_node_writes_only_that_node(
-    sim: SimCluster, what: str, path: str, body: dict[str, Any], allowed: bool, message: str
-) -> None:
+    sim: SimCluster, what: str, node: str, path: str, body: dict[str, Any], allowed: bool,
+    message: str,
+) -> None:  # fmt: skip
+    await sim.kube.patch(node_path(B), _labels({"gpusched.io/device-plugin": "true"}))
     await _pod(sim, "on-a", A)
     await _pod(sim, "on-b", B)
-    agent = Kube(sim.api_client(token=sim.service_account_token(NAMESPACE, AGENT, node=A)))
+    await _pod(sim, "unbound", None)
+    agent = Kube(sim.api_client(token=sim.service_account_token(NAMESPACE, AGENT, node=node)))
     if allowed:
         await agent.patch(path, body)
         return
@@ -108,6 +118,11 @@ async def test_the_agent_of_a_node_writes_only_that_node(
         await agent.patch(path, body)
     assert "ValidatingAdmissionPolicy 'gpusched-agent-own-node'" in str(refused.value)
     assert message in str(refused.value)
+
+
+async def test_other_users_are_not_held_to_a_node(sim: SimCluster) -> None:
+    await sim.kube.patch(node_path(B), _labels({"gpusched.io/device-plugin": "true"}))
+    await sim.kube.patch(node_path(B), _labels({"gpusched.io/device-plugin": None}))
 
 
 async def test_a_token_without_a_node_writes_nothing(sim: SimCluster) -> None:
