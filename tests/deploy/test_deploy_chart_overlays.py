@@ -192,3 +192,18 @@ def test_the_packaged_chart_is_self_contained(tmp_path: Path) -> None:
     assert [c["data"] for c in archive.crds] == [c["data"] for c in chart.crds]
     options = {"name": "gpusched", "namespace": NAMESPACE}
     assert archive.render(**options) == chart.render(**options)
+
+
+@needs_kubectl
+def test_every_container_of_the_install_is_read_only_and_unprivileged() -> None:
+    objs = kustomize(DEPLOY)
+    assert images(objs) == {f"gpusched:{gpusched.__version__}"}
+    for workload, spec in pod_specs(objs):
+        name = workload["metadata"]["name"]
+        for container in spec["containers"]:
+            security = container["securityContext"]
+            assert security["readOnlyRootFilesystem"] is True, name
+            assert security["allowPrivilegeEscalation"] is False, name
+            assert not security.get("privileged"), name
+        if name != "gpusched-agent-device-plugin":  # the kubelet's socket directory is root's
+            assert spec["securityContext"]["runAsNonRoot"] is True, name
