@@ -117,7 +117,7 @@ def test_the_agents_run_on_gpu_nodes_with_the_driver(name: str) -> None:
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert "nvidia.com/gpu" not in str(container["resources"])  # takes no GPU from workloads
     assert container["command"][:2] == ["gpusched", "agent"]
-    assert ("--device-plugin" in container["command"]) is (name == PLUGIN)
+    assert ("--no-device-plugin" in container["command"]) is (name == AGENT)
     assert container["ports"] == [{"name": "metrics", "containerPort": 10260}]
 
 
@@ -153,8 +153,8 @@ def test_the_two_agent_daemonsets_differ_only_where_they_must() -> None:
     plugin = find(docs, "DaemonSet", PLUGIN)
     plain_pod, plugin_pod = plain["spec"]["template"]["spec"], plugin["spec"]["template"]["spec"]
     (plain_c,), (plugin_c,) = plain_pod["containers"], plugin_pod["containers"]
-    assert plugin_c["command"] == [*plain_c["command"][:2], "--device-plugin",
-                                   *plain_c["command"][2:]]  # fmt: skip
+    assert plain_c["command"] == [*plugin_c["command"][:2], "--no-device-plugin",
+                                  *plugin_c["command"][2:]]  # fmt: skip
     for field in ("command", "volumeMounts"):
         plain_c.pop(field)
         plugin_c.pop(field)

@@ -207,3 +207,21 @@ def test_every_container_of_the_install_is_read_only_and_unprivileged() -> None:
             assert not security.get("privileged"), name
         if name != "gpusched-agent-device-plugin":  # the kubelet's socket directory is root's
             assert spec["securityContext"]["runAsNonRoot"] is True, name
+
+
+@needs_kubectl
+@pytest.mark.parametrize("folder", ["", *(f"overlays/{o}" for o in OVERLAYS)])
+def test_every_command_parses_with_gpusched_cli(folder: str) -> None:
+    """What the manifests run is what `gpusched` accepts (flags renamed in the CLI fail here,
+    not in a crash-looping pod)."""
+    from gpusched.cli import _parser
+
+    for workload, spec in pod_specs(kustomize(DEPLOY / folder)):
+        for container in spec["containers"]:
+            program, *argv = container["command"] + container.get("args", [])
+            assert program == "gpusched", workload["metadata"]["name"]
+            try:
+                _parser().parse_args(argv)
+            except SystemExit:
+                pytest.fail(f"{workload['metadata']['name']}: `gpusched {' '.join(argv)}` "
+                            "does not parse")  # fmt: skip
