@@ -197,8 +197,8 @@ class FakeNVML:
         return cls(node.inventory, nvswitch=pool.gpu.topology == "nvswitch")
 
     def __getattr__(self, name: str) -> Any:
-        """pynvml's constants (``NVML_*``) and error classes (``NVMLError*``)."""
-        if name.startswith("NVML"):
+        """pynvml's constants (``NVML_*``, ``nvmlEventType*``), error classes (``NVMLError*``)."""
+        if name.startswith(("NVML", "nvmlEventType")):
             return getattr(pynvml, name)
         raise AttributeError(name)
 

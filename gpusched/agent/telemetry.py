@@ -159,7 +159,12 @@ class NVMLMonitor:
             gi, ci = int(event.gpuInstanceId), int(event.computeInstanceId)
             where = f"on MIG GPU instance {gi} compute instance {ci}" if gi != _NO_INSTANCE else ""
             if self.health.xid([index], xid, where):
-                log.warning("XID %d on GPU %d %s: marking it unhealthy", xid, index, where)
+                log.warning(
+                    "XID %d on GPU %d%s: marking it unhealthy",
+                    xid,
+                    index,
+                    f" {where}" * bool(where),
+                )
             else:
                 log.info("XID %d on GPU %d ignored (an application error, or disabled)", xid, index)
 
