@@ -46,7 +46,7 @@ from gpusched.agent.telemetry import NVMLMonitor, status_of, with_health
 from gpusched.clock import Clock, RealClock
 from gpusched.inventory import GPUNodeInventory
 from gpusched.kube.client import Kube
-from gpusched.kube.errors import APIError
+from gpusched.kube.errors import APIError, APINotFound
 
 __all__ = [
     "NO_DRIVER_VERSION",
@@ -224,7 +224,7 @@ class Agent:
             self.publisher.forget()
             try:
                 await self._discover()
-            except AgentError as exc:
+            except (AgentError, self.nvml.NVMLError) as exc:
                 log.warning("rediscovery failed, keeping the last inventory: %s", exc)
         monitor = self._monitor
         readings = await asyncio.to_thread(monitor.read) if monitor is not None else []
@@ -238,6 +238,8 @@ class Agent:
                 if await self.publisher.publish_status(status_of(readings, stamp)):
                     self._last_status = now
         except (APIError, PublishError) as exc:
+            if isinstance(exc, APINotFound):  # the inventory was deleted: write it again
+                self.publisher.forget()
             self.metrics.errors.inc()
             log.warning(
                 "node %s: publishing failed, retrying in %gs: %s",

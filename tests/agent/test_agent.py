@@ -340,3 +340,29 @@ async def _until(kube: Kube, name: str, done: Any) -> dict[str, Any]:
                 break
 
     return await asyncio.wait_for(poll(), WAIT)
+
+
+async def test_drift_is_repaired_and_a_deleted_inventory_written_again() -> None:
+    cluster = "dgx-h100"
+    node = build_fleet(load_cluster_spec(cluster, nodes=1))[0]
+    fake = _fake(node, cluster, nodes=1)
+    settings = AgentSettings(interval=10, status_interval=10, resync_interval=60)
+    async with (
+        SimCluster(load_cluster_spec(cluster, nodes=1), kubelets=False) as sim,
+        running(sim.kube, fake, node.name, settings) as run,
+    ):
+        kube = sim.kube
+        await kube.patch(
+            f"/api/v1/nodes/{node.name}",
+            {"metadata": {"labels": {"nvidia.com/gpu.product": "something-else"}}},
+        )
+        await run.step(6)  # the resync re-reads the Node
+        assert (await _labels(kube, node.name))["nvidia.com/gpu.product"] == (
+            "NVIDIA-H100-80GB-HBM3"
+        )
+        await kube.delete(f"{GNI}/{node.name}")
+        fake.set_usage(1, used_mib=5)  # the status write finds it gone
+        await run.step(2)
+        assert (await _inventory(kube, node.name))["spec"]["source"] == "nvml"
+        registry = run.agent.metrics.registry
+        assert registry.get_sample_value("gpusched_agent_publish_errors_total") == 1
