@@ -93,8 +93,9 @@ class Publisher:
             self.on_write(kind)
 
     def forget(self) -> None:
-        """Drop what was last written: the next calls read the cluster and repair drift."""
-        self._spec = self._labels = self._status = None
+        """Drop what was last written: the next calls read the cluster and repair drift. The
+        status is kept: it is written again only with new figures or a new object."""
+        self._spec = self._labels = None
 
     async def publish(self, inventory: GPUNodeInventory) -> None:
         """Make the inventory object and the Node labels say ``inventory``."""
@@ -140,6 +141,7 @@ class Publisher:
                 except APIConflict:
                     continue  # created meanwhile: read it
                 self._wrote("inventory")
+                self._status = None  # a new object has no status yet
                 return
             body = _merged(current, desired)
             if body == current:

@@ -356,13 +356,19 @@ async def test_drift_is_repaired_and_a_deleted_inventory_written_again() -> None
             f"/api/v1/nodes/{node.name}",
             {"metadata": {"labels": {"nvidia.com/gpu.product": "something-else"}}},
         )
+        writes = dict(run.agent.publisher.writes)
         await run.step(6)  # the resync re-reads the Node
         assert (await _labels(kube, node.name))["nvidia.com/gpu.product"] == (
             "NVIDIA-H100-80GB-HBM3"
         )
+        assert run.agent.publisher.writes == {**writes, "labels": writes["labels"] + 1}
+        await run.step(6)  # another resync: nothing drifted, nothing written
+        assert run.agent.publisher.writes == {**writes, "labels": writes["labels"] + 1}
         await kube.delete(f"{GNI}/{node.name}")
         fake.set_usage(1, used_mib=5)  # the status write finds it gone
         await run.step(2)
-        assert (await _inventory(kube, node.name))["spec"]["source"] == "nvml"
+        obj = await _inventory(kube, node.name)
+        assert obj["spec"]["source"] == "nvml"
+        assert obj["status"]["gpus"][1]["usedMemoryMiB"] == 5
         registry = run.agent.metrics.registry
         assert registry.get_sample_value("gpusched_agent_publish_errors_total") == 1
