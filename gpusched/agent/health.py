@@ -13,7 +13,8 @@ Three signals, checked by the agent's loop (:mod:`gpusched.agent.telemetry`) eac
   is its reason, e.g. ``"XID 79 (GPU has fallen off the bus)"``.
 - **Volatile uncorrected ECC errors** (``nvmlDeviceGetTotalEccErrors``): any since the last
   GPU reset. The count goes back to 0 when the GPU is reset, and the GPU is healthy again.
-- **A lost GPU**: NVML answers ``GPU_IS_LOST``; healthy again once it answers.
+- **A lost GPU**: NVML answers ``GPU_IS_LOST`` (or another error) when the GPU is read;
+  healthy again once it answers.
 
 The inventory has one health per physical GPU (the scheduler's unit), so an XID on a MIG
 device marks its GPU, and its reason names the instance. Pure state, no NVML and no I/O:
@@ -150,15 +151,23 @@ class HealthTracker:
             self._xids.setdefault(index, reason)
 
     def assess(
-        self, index: int, *, lost: bool = False, ecc_uncorrected: int = 0
+        self,
+        index: int,
+        *,
+        lost: bool = False,
+        read_error: str | None = None,
+        ecc_uncorrected: int = 0,
     ) -> tuple[Health, str | None]:
-        """GPU ``index``'s health and reason; the XID mark first, then a lost GPU, then ECC."""
+        """GPU ``index``'s health and reason; the XID mark first, then a lost GPU, a GPU NVML
+        could not read (``read_error``), then ECC."""
         if self.policy.checks_off:
             return "Healthy", None
         if index in self._xids:
             return "Unhealthy", self._xids[index]
         if lost:
             return "Unhealthy", "GPU is lost (NVML: GPU_IS_LOST); it has fallen off the bus"
+        if read_error is not None:
+            return "Unhealthy", f"NVML cannot read the GPU ({read_error})"
         if ecc_uncorrected > 0:
             return "Unhealthy", (
                 f"{ecc_uncorrected} uncorrected ECC error(s) since the last GPU reset"

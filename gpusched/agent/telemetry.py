@@ -46,7 +46,8 @@ _MAX_EVENTS_PER_READ: Final = 1024
 
 @dataclass(frozen=True, slots=True)
 class GPUReading:
-    """One GPU at one reading; ``lost``: NVML said GPU_IS_LOST (the figures are then 0)."""
+    """One GPU at one reading; ``lost``: NVML could not read it (GPU_IS_LOST or another
+    error; the figures are then 0)."""
 
     index: int
     used_mib: int
@@ -192,6 +193,9 @@ class NVMLMonitor:
                 ecc = 0
         except _error(nvml, "GpuIsLost"):
             health, reason = self.health.assess(gpu.index, lost=True)
+            return GPUReading(gpu.index, 0, 0, None, 0, health, reason, lost=True)
+        except nvml.NVMLError as exc:
+            health, reason = self.health.assess(gpu.index, read_error=str(exc))
             return GPUReading(gpu.index, 0, 0, None, 0, health, reason, lost=True)
         health, reason = self.health.assess(gpu.index, ecc_uncorrected=ecc)
         return GPUReading(

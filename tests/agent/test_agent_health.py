@@ -4,7 +4,9 @@ them, ECC and lost GPUs, and what a reading puts into the inventory's status and
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import pynvml
 import pytest
 
 from gpusched.agent.fake_nvml import FakeNVML
@@ -121,6 +123,21 @@ def test_health_recovers_when_the_fault_is_gone(
     assert monitor.read()[1].health == "Unhealthy"
     repair(fake)
     assert monitor.read()[1].health == ("Healthy" if recovers else "Unhealthy")
+    monitor.close()
+
+
+class _BrokenSensor(FakeNVML):
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        raise pynvml.NVMLError_Unknown()
+
+
+def test_a_gpu_nvml_cannot_read_is_unhealthy_and_left_out_of_the_status() -> None:
+    base = _fake()
+    fake = _BrokenSensor(base.inventory, nvswitch=True)
+    monitor = _monitor(fake)
+    readings = monitor.read()
+    assert {r.reason for r in readings} == {"NVML cannot read the GPU (Unknown Error)"}
+    assert status_of(readings, "2026-01-01T00:00:00Z").gpus == ()
     monitor.close()
 
 
