@@ -95,7 +95,7 @@ class Publisher:
     def forget(self) -> None:
         """Drop what was last written: the next calls read the cluster and repair drift. The
         status is kept: it is written again only with new figures or a new object."""
-        self._spec = self._labels = None
+        self._spec = self._labels = self._node_uid = None
 
     async def publish(self, inventory: GPUNodeInventory) -> None:
         """Make the inventory object and the Node labels say ``inventory``."""

@@ -15,7 +15,7 @@ import pytest
 from gpusched.agent import AgentError
 from gpusched.agent.fake_nvml import FakeNVML
 from gpusched.agent.main import Agent, AgentSettings
-from gpusched.agent.publisher import OWNED_LABELS_ANNOTATION
+from gpusched.agent.publisher import CONFLICT_RETRIES, OWNED_LABELS_ANNOTATION
 from gpusched.annotations import GPU_IDS
 from gpusched.clock import FakeClock
 from gpusched.framework import default_config
@@ -30,7 +30,7 @@ from gpusched.inventory import (
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APINotFound
 from gpusched.scheduler import Scheduler
-from gpusched.sim import SimCluster
+from gpusched.sim import FaultRule, SimCluster
 from gpusched.sim.fleet import SimNode, build_fleet, load_cluster_spec
 
 WAIT = 60.0  # bound on any wait; never asserted on
@@ -372,3 +372,22 @@ async def test_drift_is_repaired_and_a_deleted_inventory_written_again() -> None
         assert obj["status"]["gpus"][1]["usedMemoryMiB"] == 5
         registry = run.agent.metrics.registry
         assert registry.get_sample_value("gpusched_agent_publish_errors_total") == 1
+
+
+async def test_conflicts_are_retried_with_a_fresh_read_then_the_next_interval() -> None:
+    cluster = "dgx-h100"
+    node = build_fleet(load_cluster_spec(cluster, nodes=1))[0]
+    fake = _fake(node, cluster, nodes=1)
+    async with (
+        SimCluster(load_cluster_spec(cluster, nodes=1), kubelets=False) as sim,
+        running(sim.kube, fake, node.name) as run,
+    ):
+        sim.faults.set([FaultRule("update", "gpunodeinventories", 1.0, 409)])
+        fake.inject_xid(0, 48)
+        await run.step()  # every PUT conflicts: CONFLICT_RETRIES reads and writes, then retry
+        assert sim.faults.injected[("update", 409)] == CONFLICT_RETRIES
+        assert "health" not in (await _inventory(sim.kube, node.name))["spec"]["gpus"][0]
+        sim.faults.clear()
+        await run.step()
+        gpu = (await _inventory(sim.kube, node.name))["spec"]["gpus"][0]
+        assert gpu["healthReason"] == "XID 48 (Double Bit ECC Error)"
