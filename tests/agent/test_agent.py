@@ -169,43 +169,59 @@ async def test_xid_79_makes_a_gpu_unhealthy_and_the_scheduler_skips_it() -> None
     node = build_fleet(load_cluster_spec(cluster, nodes=1))[0]
     fake = _fake(node, cluster, nodes=1)
     listener = Recorder()
-    async with SimCluster(load_cluster_spec(cluster, nodes=1), kubelets=False) as sim:
+    async with (
+        SimCluster(load_cluster_spec(cluster, nodes=1), kubelets=False) as sim,
+        running(sim.kube, fake, node.name, listeners=[listener]) as run,
+        scheduling(sim.kube) as scheduler,
+    ):
         kube = sim.kube
-        async with running(kube, fake, node.name, listeners=[listener]) as run:
-            fake.inject_xid(3, 79)
-            fake.inject_xid(5, 13)  # an application error: the GPU stays healthy
-            await run.step()
-            spec = inventory_from_object(await _inventory(kube, node.name))
-            assert [g.index for g in spec.gpus if not g.healthy] == [3]
-            assert spec.gpus[3].health_reason == "XID 79 (GPU has fallen off the bus)"
-            assert listener.seen[-1] == spec.model_copy(update={"source": "nvml"})
-            assert not listener.seen[0].gpus[3].health_reason  # first: all healthy
+        fake.inject_xid(3, 79)
+        fake.inject_xid(5, 13)  # an application error: the GPU stays healthy
+        await run.step()
+        spec = inventory_from_object(await _inventory(kube, node.name))
+        assert [g.index for g in spec.gpus if not g.healthy] == [3]
+        assert spec.gpus[3].health_reason == "XID 79 (GPU has fallen off the bus)"
+        assert listener.seen[-1] == spec.model_copy(update={"source": "nvml"})
+        assert not listener.seen[0].gpus[3].health_reason  # first: all healthy
 
-            await kube.create(
-                "/api/v1/namespaces",
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpusched-system"}},
-            )
-            scheduler = Scheduler(kube, default_config(), identity="a")
-            task = asyncio.create_task(scheduler.run())
-            try:
-                await asyncio.wait_for(scheduler.ready.wait(), WAIT)
-                pods = resource_path("", "v1", "pods", "default")
-                await kube.create(pods, _pod("eight", 8))
-                eight = await _until(kube, "eight", _unschedulable)
-                message = next(
-                    c["message"]
-                    for c in eight["status"]["conditions"]
-                    if c["type"] == "PodScheduled"
-                )
-                assert "too few healthy GPUs" in message, message
-                await kube.create(pods, _pod("seven", 7))
-                seven = await _until(kube, "seven", lambda p: bool(p["spec"].get("nodeName")))
-                ids = {int(i) for i in seven["metadata"]["annotations"][GPU_IDS].split(",")}
-                assert ids == {0, 1, 2, 4, 5, 6, 7}
-            finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        async def seen_by_the_scheduler() -> None:  # its inventory watch, not the pods'
+            while True:
+                info = scheduler.cache.node_info(node.name)
+                inventory = info.inventory if info is not None else None
+                if inventory is not None and not inventory.gpus[3].healthy:
+                    return
+                await asyncio.sleep(0)
+
+        await asyncio.wait_for(seen_by_the_scheduler(), WAIT)
+        pods = resource_path("", "v1", "pods", "default")
+        await kube.create(pods, _pod("eight", 8))
+        eight = await _until(kube, "eight", _unschedulable)
+        message = next(
+            c["message"] for c in eight["status"]["conditions"] if c["type"] == "PodScheduled"
+        )
+        assert "too few healthy GPUs" in message, message
+        await kube.create(pods, _pod("seven", 7))
+        seven = await _until(kube, "seven", lambda p: bool(p["spec"].get("nodeName")))
+        ids = {int(i) for i in seven["metadata"]["annotations"][GPU_IDS].split(",")}
+        assert ids == {0, 1, 2, 4, 5, 6, 7}
+
+
+@contextlib.asynccontextmanager
+async def scheduling(kube: Kube) -> AsyncIterator[Scheduler]:
+    """gpusched's scheduler with its default configuration, synced."""
+    await kube.create(
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpusched-system"}},
+    )
+    scheduler = Scheduler(kube, default_config(), identity="a")
+    task = asyncio.create_task(scheduler.run())
+    try:
+        await asyncio.wait_for(scheduler.ready.wait(), WAIT)
+        yield scheduler
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def test_a_gpu_that_recovers_is_published_healthy_again() -> None:
