@@ -13,6 +13,8 @@
                          [--port 8443] [--failure-policy Ignore|Fail] [--kubeconfig K]
                          [--no-mig-fallback]
     gpusched webhook     --print-manifests [--output-dir DIR] [--failure-policy Ignore|Fail]
+    gpusched agent       [--node-name N] [--kubeconfig K] [--interval S] [--allow-no-gpu]
+                         [--fake-nvml CLUSTER:NODE] [--metrics-port 10260]
 
 ``gpusched scheduler`` serves ``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``
 on the metrics port. ``/readyz`` is 200 when the replica can do its part: without
@@ -23,6 +25,12 @@ over at once), and 1 when leadership is lost ("leaderelection lost", as kube-sch
 scheduler crashes (logged with its traceback), so that the kubelet restarts it. What the
 cluster lacks for it (CRDs, the reservation namespace, RBAC) is logged with the command that
 fixes it, and checked again until fixed, while it runs (:mod:`gpusched.preflight`).
+
+``gpusched agent`` (the node agent, a DaemonSet; docs/agent.md) publishes its node's
+GPUNodeInventory and GPU labels from NVML and serves ``/metrics``, ``/healthz`` and ``/readyz``
+(the inventory is published) on its metrics port. On a node without GPUs or driver it exits 1
+saying what is missing, unless ``--allow-no-gpu`` (then it publishes an empty inventory); it
+exits 0 after SIGTERM or SIGINT.
 
 Plugins: the in-tree ones and those installed packages declare under the ``gpusched.plugins``
 entry-point group (docs/plugins.md). Errors in what the user gave (an unknown cluster name, a
@@ -212,6 +220,32 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="with --print-manifests: write them as a kustomize folder (deploy/webhook/)",
     )
+
+    agent = sub.add_parser("agent", help="the node agent: publish this node's GPUs from NVML")
+    agent.add_argument("--node-name", default=None, help="this node's name (default: $NODE_NAME)")
+    agent.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
+    agent.add_argument("--context", default=None)
+    agent.add_argument(
+        "--interval", type=float, default=10.0, help="seconds between NVML readings (10)"
+    )
+    agent.add_argument(
+        "--status-interval",
+        type=float,
+        default=60.0,
+        help="seconds between telemetry writes at least (60); health changes go at once",
+    )
+    agent.add_argument(
+        "--allow-no-gpu",
+        action="store_true",
+        help="without GPUs or driver, publish an empty inventory instead of exiting 1",
+    )
+    agent.add_argument(
+        "--fake-nvml",
+        default=None,
+        metavar="CLUSTER:NODE",
+        help="replay a simulated node's GPUs instead of NVML (demos and tests)",
+    )
+    agent.add_argument("--metrics-port", type=int, default=10260)
     return parser
 
 
@@ -228,6 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_scheduler(args))
         if args.command == "webhook":
             return _webhook(args)
+        if args.command == "agent":
+            return _agent(args)
     except UsageError as exc:
         print(f"gpusched: {exc}", file=sys.stderr)
         return 2
@@ -560,6 +596,102 @@ async def _serve_webhook(args: argparse.Namespace, config: WebhookConfig) -> int
         certs.close()
         if kube is not None:
             await kube.close()
+    return 0
+
+
+def _fake_nvml(value: str) -> tuple[object, str]:
+    """``--fake-nvml CLUSTER:NODE``: a FakeNVML replaying that node, and the node's name."""
+    from gpusched.agent.fake_nvml import FakeNVML
+    from gpusched.sim.fleet import build_fleet
+
+    cluster, _, node = value.rpartition(":")
+    if not cluster or not node:
+        raise UsageError(f"--fake-nvml {value!r}: give CLUSTER:NODE, e.g. dgx-h100:dgx-h100-0")
+    spec = _load_spec(cluster)
+    sim = next((n for n in build_fleet(spec) if n.name == node), None)
+    if sim is None:
+        raise UsageError(f"--fake-nvml: cluster {spec.name!r} has no node {node!r}")
+    try:
+        return FakeNVML.of_sim_node(sim, spec), node
+    except ValueError as exc:
+        raise UsageError(f"--fake-nvml: {exc}") from None
+
+
+def _agent(args: argparse.Namespace) -> int:
+    import os
+
+    nvml: object
+    fake_node = None
+    if args.fake_nvml:
+        nvml, fake_node = _fake_nvml(args.fake_nvml)
+    else:
+        import pynvml
+
+        nvml = pynvml
+    node = args.node_name or os.environ.get("NODE_NAME") or fake_node
+    if not node:
+        raise UsageError(
+            "agent: --node-name is required (or NODE_NAME; in a DaemonSet, from the downward "
+            "API's spec.nodeName)"
+        )
+    if args.interval <= 0 or args.status_interval <= 0:
+        raise UsageError("agent: --interval and --status-interval must be > 0 seconds")
+    return asyncio.run(_run_agent(args, nvml, node))
+
+
+def _no_gpu(exc: Exception, node: str) -> int:
+    print(
+        f"gpusched agent: {exc}\n  no GPU to publish on node {node}; run with --allow-no-gpu "
+        "to publish an empty inventory instead",
+        file=sys.stderr,
+    )
+    return 1
+
+
+async def _run_agent(args: argparse.Namespace, nvml: object, node: str) -> int:
+    from gpusched.agent.discovery import AgentError, discover
+    from gpusched.agent.main import Agent, AgentSettings
+    from gpusched.metrics import OperationsServer
+
+    stop = asyncio.Event()
+    with _signals_set(stop):
+        if not args.allow_no_gpu:
+            # Before connecting: a node without GPUs says so even where no cluster is reachable.
+            try:
+                await asyncio.to_thread(discover, nvml, node)
+            except AgentError as exc:
+                return _no_gpu(exc, node)
+        kube = await _connect(args)
+        settings = AgentSettings(
+            interval=args.interval,
+            status_interval=args.status_interval,
+            allow_no_gpu=args.allow_no_gpu,
+        )
+        agent = Agent(kube, nvml, node, settings)
+        ops = OperationsServer(agent.metrics, agent.ready.is_set)
+        try:
+            try:
+                await ops.start(port=args.metrics_port)
+            except OSError as exc:
+                raise UsageError(f"agent: cannot listen on :{args.metrics_port}: {exc}") from None
+            work = asyncio.create_task(agent.run(), name="agent")
+            stopping = asyncio.create_task(stop.wait(), name="wait-for-signal")
+            print(
+                f"gpusched agent: publishing node {node}'s GPUs; metrics on :{ops.port}",
+                flush=True,
+            )
+            await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            agent.stop()
+            stopping.cancel()
+            outcome, _ = await asyncio.gather(work, stopping, return_exceptions=True)
+        finally:
+            await ops.stop()
+            await kube.close()
+    if isinstance(outcome, AgentError):
+        return _no_gpu(outcome, node)
+    if isinstance(outcome, BaseException):
+        log.critical("the agent crashed", exc_info=outcome)
+        return 1
     return 0
 
 

@@ -33,7 +33,7 @@ replicas) do not share counters. ``serve()`` exposes ``/metrics``, ``/healthz`` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 from prometheus_client import (
@@ -48,7 +48,7 @@ from prometheus_client import (
 if TYPE_CHECKING:
     from gpusched.framework.status import Code
 
-__all__ = ["FrameworkObserver", "Metrics", "OperationsServer"]
+__all__ = ["FrameworkObserver", "Metrics", "OperationsServer", "Renders"]
 
 # kube-scheduler's buckets: exponential from 1 ms (attempts) and from 10 ms (e2e SLI).
 _ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))
@@ -268,6 +268,12 @@ class FrameworkObserver:
         return f"<FrameworkObserver profile={self.profile!r}>"
 
 
+class Renders(Protocol):
+    """What ``/metrics`` serves: ``Metrics``, or another component's own registry."""
+
+    def render(self) -> bytes: ...
+
+
 class OperationsServer:
     """``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``.
 
@@ -276,7 +282,7 @@ class OperationsServer:
     with the leader Lease readable (see ``gpusched.cli``).
     """
 
-    def __init__(self, metrics: Metrics, ready: Callable[[], bool]) -> None:
+    def __init__(self, metrics: Renders, ready: Callable[[], bool]) -> None:
         self.metrics = metrics
         self.ready = ready
         self._runner: web.AppRunner | None = None

@@ -12,10 +12,21 @@ raises pynvml's own ``NVMLError`` subclasses: NVLink calls on a GPU without NVLi
 do MIG (``NotSupported``), an empty MIG slot (``NotFound``), any call before ``nvmlInit``
 (``Uninitialized``); ``init_error`` makes ``nvmlInit`` fail as on a machine without the
 library or the driver. Pure Python, no driver needed; building one is O(GPUs²).
+
+Telemetry and health, for the agent's loop (:mod:`gpusched.agent.telemetry`): tests set what
+a GPU reports with :meth:`FakeNVML.set_usage` (used memory, utilisation, temperature),
+:meth:`~FakeNVML.set_ecc` (volatile uncorrected ECC errors) and :meth:`~FakeNVML.set_lost`
+(every call on the GPU then raises ``GpuIsLost``), and queue XID events with
+:meth:`~FakeNVML.inject_xid`; the agent reads them through pynvml's own calls
+(``nvmlDeviceGetMemoryInfo``, ``nvmlDeviceGetUtilizationRates``, ``nvmlDeviceGetTemperature``,
+``nvmlDeviceGetTotalEccErrors``, ``nvmlEventSetCreate``/``nvmlDeviceRegisterEvents``/
+``nvmlEventSetWait_v2``). The fake never blocks: a wait with no event pending raises
+``Timeout`` at once, whatever the timeout.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -26,7 +37,7 @@ from gpusched.inventory import GPUDevice, GPUNodeInventory, MIGDevice
 from gpusched.mig_profiles import product_table
 from gpusched.sim.fleet import ClusterSpec, SimNode
 
-__all__ = ["NVSWITCHES", "FakeNVML"]
+__all__ = ["NVSWITCHES", "SUPPORTED_EVENTS", "EventData", "FakeNVML", "Utilization"]
 
 NVSWITCHES: Final = 4
 """NVSwitch chips of a faked NVSwitch baseboard (a DGX H100 has four)."""
@@ -49,6 +60,47 @@ class _MIG:
 class _GPUInstance:
     parent: GPUDevice
     device: MIGDevice
+
+
+@dataclass(frozen=True, slots=True)
+class Utilization:
+    """``c_nvmlUtilization_t``: percent of time the GPU and its memory were busy."""
+
+    gpu: int
+    memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventData:
+    """``c_nvmlEventData_t``; the instance ids are 0xFFFFFFFF for an event of a whole GPU."""
+
+    device: _GPU
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass(slots=True)
+class _EventSet:
+    registered: dict[int, int] = field(default_factory=dict)  # GPU index -> event mask
+    freed: bool = False
+
+
+@dataclass(slots=True)
+class _Usage:
+    used_mib: int = 0
+    utilization: int = 0
+    temperature: int = 30
+    ecc_uncorrected: int = 0
+
+
+SUPPORTED_EVENTS: Final = (
+    pynvml.nvmlEventTypeXidCriticalError
+    | pynvml.nvmlEventTypeDoubleBitEccError
+    | pynvml.nvmlEventTypeSingleBitEccError
+)
+"""What the fake's GPUs say they can report (``nvmlDeviceGetSupportedEventTypes``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +159,18 @@ class FakeNVML:
     nvswitch: bool = False
     init_error: str | None = None
     """``"LibraryNotFound"``, ``"DriverNotLoaded"``...: ``nvmlInit`` raises that error."""
+    event_wait_error: str | None = None
+    """``"Unknown"``...: ``nvmlEventSetWait_v2`` raises that error instead of waiting."""
     _initialised: int = field(default=0, init=False)
     _remotes: list[list[str]] = field(default_factory=list, init=False)
+    _usage: list[_Usage] = field(default_factory=list, init=False)
+    _lost: set[int] = field(default_factory=set, init=False)
+    _events: deque[EventData] = field(default_factory=deque, init=False)
+    _sets: list[_EventSet] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         gpus = self.inventory.gpus
+        self._usage = [_Usage() for _ in gpus]
         self._remotes = [[] for _ in gpus]
         for link in self.inventory.links:
             if self.nvswitch:
@@ -138,8 +197,8 @@ class FakeNVML:
         return cls(node.inventory, nvswitch=pool.gpu.topology == "nvswitch")
 
     def __getattr__(self, name: str) -> Any:
-        """pynvml's constants (``NVML_*``) and error classes (``NVMLError*``)."""
-        if name.startswith("NVML"):
+        """pynvml's constants (``NVML_*``, ``nvmlEventType*``), error classes (``NVMLError*``)."""
+        if name.startswith(("NVML", "nvmlEventType")):
             return getattr(pynvml, name)
         raise AttributeError(name)
 
@@ -183,22 +242,139 @@ class FakeNVML:
         self._check()
         if not isinstance(handle, _GPU):
             raise _error("InvalidArgument" if not isinstance(handle, _MIG) else "NotSupported")
+        self._alive(handle)
         return handle.device
+
+    def _alive(self, handle: _GPU | _MIG) -> None:
+        parent = handle.device if isinstance(handle, _GPU) else handle.parent
+        if parent.index in self._lost:
+            raise _error("GpuIsLost")
 
     def nvmlDeviceGetName(self, handle: _GPU | _MIG) -> str:
         self._check()
+        self._alive(handle)
         if isinstance(handle, _MIG):
             return f"{handle.parent.product} MIG {handle.device.profile}"
         return handle.device.product
 
     def nvmlDeviceGetUUID(self, handle: _GPU | _MIG) -> str:
         self._check()
+        self._alive(handle)
         return handle.device.uuid
 
     def nvmlDeviceGetMemoryInfo(self, handle: _GPU | _MIG) -> MemoryInfo:
         self._check()
+        self._alive(handle)
         total = handle.device.memory_mib * _MIB
-        return MemoryInfo(total=total, free=total)
+        used = self._usage[handle.device.index].used_mib * _MIB if isinstance(handle, _GPU) else 0
+        return MemoryInfo(total=total, free=total - used, used=used)
+
+    # --- telemetry and health --------------------------------------------------------------
+
+    def nvmlDeviceGetUtilizationRates(self, handle: _GPU) -> Utilization:
+        gpu = self._gpu(handle)
+        if gpu.mig_enabled:  # NVML has no whole-GPU utilisation in MIG mode
+            raise _error("NotSupported")
+        return Utilization(gpu=self._usage[gpu.index].utilization, memory=0)
+
+    def nvmlDeviceGetTemperature(self, handle: _GPU, sensor: int) -> int:
+        gpu = self._gpu(handle)
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise _error("InvalidArgument")
+        return self._usage[gpu.index].temperature
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: _GPU, error_type: int, counter_type: int) -> int:
+        gpu = self._gpu(handle)
+        if (error_type, counter_type) != (
+            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            pynvml.NVML_VOLATILE_ECC,
+        ):
+            return 0
+        return self._usage[gpu.index].ecc_uncorrected
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: _GPU) -> int:
+        self._gpu(handle)
+        return int(SUPPORTED_EVENTS)
+
+    def nvmlEventSetCreate(self) -> _EventSet:
+        self._check()
+        event_set = _EventSet()
+        self._sets.append(event_set)
+        return event_set
+
+    def nvmlDeviceRegisterEvents(
+        self, handle: _GPU, event_types: int, event_set: _EventSet
+    ) -> None:
+        gpu = self._gpu(handle)
+        if event_types & ~SUPPORTED_EVENTS:
+            raise _error("NotSupported")
+        event_set.registered[gpu.index] = event_set.registered.get(gpu.index, 0) | event_types
+
+    def nvmlEventSetWait_v2(self, event_set: _EventSet, timeout_ms: int) -> EventData:
+        self._check()
+        if event_set.freed:
+            raise _error("InvalidArgument")
+        if self.event_wait_error is not None:
+            raise _error(self.event_wait_error)
+        while self._events:
+            event = self._events.popleft()
+            if event_set.registered.get(event.device.device.index, 0) & event.eventType:
+                return event
+        raise _error("Timeout")
+
+    def nvmlEventSetFree(self, event_set: _EventSet) -> None:
+        self._check()
+        event_set.freed = True
+
+    # --- what tests inject (not pynvml's API) ------------------------------------------------
+
+    def set_usage(
+        self,
+        index: int,
+        *,
+        used_mib: int | None = None,
+        utilization: int | None = None,
+        temperature: int | None = None,
+    ) -> None:
+        """What GPU ``index`` reports from now on; ``None`` keeps a figure."""
+        usage = self._usage[index]
+        if used_mib is not None:
+            usage.used_mib = used_mib
+        if utilization is not None:
+            usage.utilization = utilization
+        if temperature is not None:
+            usage.temperature = temperature
+
+    def set_ecc(self, index: int, uncorrected: int) -> None:
+        """The volatile uncorrected ECC count (0 again after a GPU reset)."""
+        self._usage[index].ecc_uncorrected = uncorrected
+
+    def set_lost(self, index: int, lost: bool = True) -> None:
+        """GPU ``index`` has fallen off the bus (every call raises ``GpuIsLost``), or is back."""
+        if lost:
+            self._lost.add(index)
+        else:
+            self._lost.discard(index)
+
+    def inject_xid(
+        self,
+        index: int,
+        xid: int,
+        *,
+        gpu_instance: int | None = None,
+        compute_instance: int | None = None,
+    ) -> None:
+        """Queue an XID critical error event on GPU ``index`` (on one of its MIG devices when
+        the instance ids are given)."""
+        self._events.append(
+            EventData(
+                device=_GPU(self.inventory.gpus[index]),
+                eventType=int(pynvml.nvmlEventTypeXidCriticalError),
+                eventData=xid,
+                gpuInstanceId=0xFFFFFFFF if gpu_instance is None else gpu_instance,
+                computeInstanceId=0xFFFFFFFF if compute_instance is None else compute_instance,
+            )
+        )
 
     def nvmlDeviceGetPciInfo(self, handle: _GPU) -> PciInfo:
         return _pci(self._gpu(handle).pci_bus_id)
