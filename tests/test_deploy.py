@@ -119,6 +119,8 @@ def test_the_agents_run_on_gpu_nodes_with_the_driver(name: str) -> None:
     assert container["command"][:2] == ["gpusched", "agent"]
     assert ("--no-device-plugin" in container["command"]) is (name == AGENT)
     assert container["ports"] == [{"name": "metrics", "containerPort": 10260}]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
 def test_each_gpu_node_runs_one_agent() -> None:
