@@ -15,6 +15,7 @@
     gpusched webhook     --print-manifests [--output-dir DIR] [--failure-policy Ignore|Fail]
     gpusched agent       [--node-name N] [--kubeconfig K] [--interval S] [--allow-no-gpu]
                          [--fake-nvml CLUSTER:NODE] [--metrics-port 10260]
+                         [--no-device-plugin | --device-plugin-dir D --shared-replicas N]
 
 ``gpusched scheduler`` serves ``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``
 on the metrics port. ``/readyz`` is 200 when the replica can do its part: without
@@ -246,6 +247,25 @@ def _parser() -> argparse.ArgumentParser:
         help="replay a simulated node's GPUs instead of NVML (demos and tests)",
     )
     agent.add_argument("--metrics-port", type=int, default=10260)
+    agent.add_argument(
+        "--no-device-plugin",
+        action="store_true",
+        help="publish only; do not serve the kubelet device plugin (docs/device_plugin.md)",
+    )
+    agent.add_argument(
+        "--device-plugin-dir",
+        default="/var/lib/kubelet/device-plugins",
+        help="the kubelet's device-plugin socket directory",
+    )
+    agent.add_argument(
+        "--shared-replicas",
+        type=int,
+        default=10,
+        help="pods that may share one GPU by VRAM, as the kubelet counts them (10)",
+    )
+    agent.add_argument(
+        "--dev-root", default="/dev", help="where the host's /dev is mounted (device specs)"
+    )
     return parser
 
 
@@ -667,7 +687,18 @@ async def _run_agent(args: argparse.Namespace, nvml: object, node: str) -> int:
             status_interval=args.status_interval,
             allow_no_gpu=args.allow_no_gpu,
         )
-        agent = Agent(kube, nvml, node, settings)
+        plugins = None
+        if not args.no_device_plugin:
+            from gpusched.agent.deviceplugin import DevicePluginListener
+
+            plugins = DevicePluginListener(
+                kube,
+                node,
+                socket_dir=args.device_plugin_dir,
+                shared_replicas=args.shared_replicas,
+                dev_root=args.dev_root,
+            )
+        agent = Agent(kube, nvml, node, settings, listeners=[plugins] if plugins else [])
         ops = OperationsServer(agent.metrics, agent.ready.is_set)
         try:
             try:
@@ -685,6 +716,8 @@ async def _run_agent(args: argparse.Namespace, nvml: object, node: str) -> int:
             stopping.cancel()
             outcome, _ = await asyncio.gather(work, stopping, return_exceptions=True)
         finally:
+            if plugins is not None:
+                await plugins.stop()
             await ops.stop()
             await kube.close()
     if isinstance(outcome, AgentError):

@@ -5,9 +5,11 @@ with status 0."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import aiohttp
@@ -18,6 +20,10 @@ from gpusched.inventory import API_GROUP, PLURAL, VERSION
 from gpusched.kube.client import resource_path
 from gpusched.sim import SimCluster
 from gpusched.sim.fleet import load_cluster_spec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fake_kubelet import FakeKubelet
 
 WAIT = 60.0
 
@@ -69,12 +75,18 @@ def test_bad_input_is_a_message_and_status_2(args: list[str], message: str) -> N
 
 
 async def test_fake_nvml_publishes_the_node_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """The command publishes the node and serves the device plugin to the kubelet (a fake one
+    on a short socket directory), then stops cleanly on SIGTERM, removing its sockets."""
     spec = load_cluster_spec("dgx-h100", nodes=1)
     node = "dgx-h100-000"
+    sockets = Path(tempfile.mkdtemp(prefix="dp-", dir="/tmp"))  # a socket path is <= 107 bytes
+    kubelet = FakeKubelet(sockets)
+    await kubelet.start()
     async with SimCluster(spec, kubelets=False, kubeconfig_path=tmp_path / "kc") as sim:
         process = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "gpusched", "agent", "--fake-nvml", f"dgx-h100:{node}"),
             *("--kubeconfig", str(sim.kubeconfig_path), "--metrics-port", "0"),
+            *("--device-plugin-dir", str(sockets), "--dev-root", str(tmp_path)),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -93,8 +105,12 @@ async def test_fake_nvml_publishes_the_node_and_stops_on_sigterm(tmp_path: Path)
             obj = await sim.kube.get(resource_path(API_GROUP, VERSION, PLURAL, name=node))
             assert obj["spec"]["source"] == "nvml"
             assert "status" in obj
+            await kubelet.wait_for(lambda: len(kubelet.healthy("nvidia.com/gpu")) == 8, WAIT)
         finally:
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)
             _, stderr = await asyncio.wait_for(process.communicate(), WAIT)
+            await kubelet.stop()
     assert process.returncode == 0, stderr.decode()
+    assert not os.listdir(sockets)  # the plugin's sockets removed (the kubelet's too)
+    os.rmdir(sockets)

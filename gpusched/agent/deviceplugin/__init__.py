@@ -19,6 +19,7 @@ from gpusched.agent.deviceplugin.server import (
     API_VERSION,
     DEFAULT_SOCKET_DIR,
     KUBELET_SOCKET,
+    DevicePluginListener,
     DevicePlugins,
     socket_name,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "SHARED_RESOURCES",
     "Advertised",
     "AllocationError",
+    "DevicePluginListener",
     "DevicePlugins",
     "Granted",
     "advertise",

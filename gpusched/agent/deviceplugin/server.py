@@ -63,6 +63,7 @@ __all__ = [
     "API_VERSION",
     "DEFAULT_SOCKET_DIR",
     "KUBELET_SOCKET",
+    "DevicePluginListener",
     "DevicePlugins",
     "socket_name",
 ]
@@ -377,3 +378,50 @@ class DevicePlugins:
         if problems:
             text += "; pods left out: " + "; ".join(problems)
         return text
+
+
+class DevicePluginListener:
+    """The agent's side of the device plugins (an ``InventoryListener`` of
+    :class:`gpusched.agent.main.Agent`): the first inventory starts :class:`DevicePlugins`,
+    each later one is advertised (a GPU turning unhealthy leaves the kubelet's allocatable at
+    once). A start that fails (no kubelet device-plugin directory mounted, say) is logged with
+    its fix and leaves the agent publishing; the watch retries registration by itself."""
+
+    def __init__(self, kube: Kube, node_name: str, **options: Any) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self.options = options
+        self.plugins: DevicePlugins | None = None
+        self._starting: asyncio.Task[None] | None = None
+
+    def update(self, inventory: GPUNodeInventory) -> None:
+        if self.plugins is not None:
+            self.plugins.update(inventory)
+            return
+        self.plugins = DevicePlugins(self.kube, self.node_name, inventory, **self.options)
+        self._starting = asyncio.create_task(self._start(self.plugins), name="device-plugins")
+
+    async def _start(self, plugins: DevicePlugins) -> None:
+        try:
+            await plugins.start()
+        except Exception as exc:  # a bad mount must not stop the inventory being published
+            log.error(
+                "device plugin: cannot serve in %s (%s): mount the kubelet's device-plugin "
+                "directory there (hostPath /var/lib/kubelet/device-plugins), or run the agent "
+                "with --no-device-plugin",
+                plugins.socket_dir,
+                exc,
+            )
+            return
+        log.info(
+            "device plugin: serving %s in %s",
+            ", ".join(f"{r} ({n})" for r, n in plugins.resources().items()) or "no resources",
+            plugins.socket_dir,
+        )
+
+    async def stop(self) -> None:
+        if self._starting is not None:
+            self._starting.cancel()
+            await asyncio.gather(self._starting, return_exceptions=True)
+        if self.plugins is not None:
+            await self.plugins.stop()
