@@ -38,8 +38,8 @@ def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict
     return doc
 
 
-AGENT = "gpusched-agent"
-PLUGIN = "gpusched-agent-device-plugin"
+AGENT = "gpusched-agent"  # with the device plugin (the default)
+PLAIN = "gpusched-agent-no-device-plugin"  # on nodes labelled gpusched.io/device-plugin=false
 
 
 def test_every_manifest_has_kind_name_and_namespace_where_due() -> None:
@@ -82,8 +82,8 @@ def test_the_scheduler_runs_two_leader_elected_replicas_with_probes() -> None:
 
 @pytest.mark.parametrize(("component", "kind", "name", "root"), [
     ("scheduler", "Deployment", "gpusched", False),
-    ("agent", "DaemonSet", AGENT, False),
-    ("agent", "DaemonSet", PLUGIN, True),  # the kubelet's device-plugin directory is root's
+    ("agent", "DaemonSet", AGENT, True),  # the kubelet's device-plugin directory is root's
+    ("agent", "DaemonSet", PLAIN, False),
 ])  # fmt: skip
 def test_containers_are_locked_down(component: str, kind: str, name: str, root: bool) -> None:
     spec = find(documents(component), kind, name)["spec"]["template"]["spec"]
@@ -103,7 +103,7 @@ def test_containers_are_locked_down(component: str, kind: str, name: str, root: 
         assert host_paths == ({"device-plugins"} if root else set())
 
 
-@pytest.mark.parametrize("name", [AGENT, PLUGIN])
+@pytest.mark.parametrize("name", [AGENT, PLAIN])
 def test_the_agents_run_on_gpu_nodes_with_the_driver(name: str) -> None:
     spec = find(documents("agent"), "DaemonSet", name)["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "system-node-critical"
@@ -117,54 +117,53 @@ def test_the_agents_run_on_gpu_nodes_with_the_driver(name: str) -> None:
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert "nvidia.com/gpu" not in str(container["resources"])  # takes no GPU from workloads
     assert container["command"][:2] == ["gpusched", "agent"]
-    assert ("--no-device-plugin" in container["command"]) is (name == AGENT)
+    assert ("--no-device-plugin" in container["command"]) is (name == PLAIN)
     assert container["ports"] == [{"name": "metrics", "containerPort": 10260}]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
 def test_each_gpu_node_runs_one_agent() -> None:
-    """The plain agent runs on GPU nodes (GFD's or NFD's label) not labelled for gpusched's
-    device plugin; the device-plugin agent exactly on those, with the kubelet's directory."""
+    """The agent with its device plugin runs on GPU nodes (GFD's or NFD's label) unless they are
+    labelled gpusched.io/device-plugin=false; the agent without it exactly on those."""
     docs = documents("agent")
-    plain = find(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
-    terms = plain["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    agent = find(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
+    terms = agent["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     gpu_keys = set()
     for term in terms["nodeSelectorTerms"]:
         by_key = {e["key"]: e for e in term["matchExpressions"]}
         opt_out = by_key.pop("gpusched.io/device-plugin")
-        assert (opt_out["operator"], opt_out["values"]) == ("NotIn", ["true"])
+        assert (opt_out["operator"], opt_out["values"]) == ("NotIn", ["false"])
         ((key, expression),) = by_key.items()
         assert expression["operator"] == "In"
         assert expression["values"] == ["true"]
         gpu_keys.add(key)
     assert gpu_keys == {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}
-    plugin = find(docs, "DaemonSet", PLUGIN)["spec"]["template"]["spec"]
-    assert plugin["nodeSelector"] == {"gpusched.io/device-plugin": "true"}
-    assert "affinity" not in plugin
-    volume = next(v for v in plugin["volumes"] if v["name"] == "device-plugins")
+    volume = next(v for v in agent["volumes"] if v["name"] == "device-plugins")
     assert volume["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
-    (container,) = plugin["containers"]
+    (container,) = agent["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["device-plugins"] == "/var/lib/kubelet/device-plugins"
+    plain = find(docs, "DaemonSet", PLAIN)["spec"]["template"]["spec"]
+    assert plain["nodeSelector"] == {"gpusched.io/device-plugin": "false"}
+    assert "affinity" not in plain
 
 
 def test_the_two_agent_daemonsets_differ_only_where_they_must() -> None:
     docs = documents("agent")
-    plain = find(docs, "DaemonSet", AGENT)
-    plugin = find(docs, "DaemonSet", PLUGIN)
-    plain_pod, plugin_pod = plain["spec"]["template"]["spec"], plugin["spec"]["template"]["spec"]
-    (plain_c,), (plugin_c,) = plain_pod["containers"], plugin_pod["containers"]
-    assert plain_c["command"] == [*plugin_c["command"][:2], "--no-device-plugin",
-                                  *plugin_c["command"][2:]]  # fmt: skip
+    agent_pod = find(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]
+    plain_pod = find(docs, "DaemonSet", PLAIN)["spec"]["template"]["spec"]
+    (agent_c,), (plain_c,) = agent_pod["containers"], plain_pod["containers"]
+    assert plain_c["command"] == [*agent_c["command"][:2], "--no-device-plugin",
+                                  *agent_c["command"][2:]]  # fmt: skip
     for field in ("command", "volumeMounts"):
+        agent_c.pop(field)
         plain_c.pop(field)
-        plugin_c.pop(field)
-    assert plain_c == plugin_c
+    assert agent_c == plain_c
     for field in ("affinity", "nodeSelector", "securityContext", "volumes", "containers"):
+        agent_pod.pop(field, None)
         plain_pod.pop(field, None)
-        plugin_pod.pop(field, None)
-    assert plain_pod == plugin_pod
+    assert agent_pod == plain_pod
 
 
 AGENT_RULES = {
@@ -190,7 +189,7 @@ def test_the_agent_rbac_grants_exactly_its_job() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
     ]
-    for name in (AGENT, PLUGIN):
+    for name in (AGENT, PLAIN):
         spec = find(docs, "DaemonSet", name)["spec"]["template"]["spec"]
         assert spec["serviceAccountName"] == account["name"]
 

@@ -70,12 +70,12 @@ def _annotations(annotations: dict[str, str]) -> dict[str, Any]:
 
 WRITES = [
     # (what, the token's node, path, body, allowed, message of the refusal). Node B is labelled
-    # for gpusched's device plugin.
+    # to keep NVIDIA's device plugin (gpusched.io/device-plugin=false).
     ("own node's labels", A, node_path(A), _labels({"gpusched.io/check": "1"}), True, ""),
     ("another node's labels", A, node_path(B), _labels({"gpusched.io/check": "1"}), False,
      f"the gpusched agent of node {A} may only write the nodes named {A}"),
     ("own node's device-plugin label", A, node_path(A),
-     _labels({"gpusched.io/device-plugin": "true"}), False,
+     _labels({"gpusched.io/device-plugin": "false"}), False,
      "may not change its node's gpusched.io/device-plugin label"),
     ("labels beside the device-plugin label", B, node_path(B),
      _labels({"gpusched.io/check": "1"}), True, ""),
@@ -106,7 +106,7 @@ async def test_the_agent_of_a_node_writes_only_that_node(
     sim: SimCluster, what: str, node: str, path: str, body: dict[str, Any], allowed: bool,
     message: str,
 ) -> None:  # fmt: skip
-    await sim.kube.patch(node_path(B), _labels({"gpusched.io/device-plugin": "true"}))
+    await sim.kube.patch(node_path(B), _labels({"gpusched.io/device-plugin": "false"}))
     await _pod(sim, "on-a", A)
     await _pod(sim, "on-b", B)
     await _pod(sim, "unbound", None)
@@ -121,7 +121,7 @@ async def test_the_agent_of_a_node_writes_only_that_node(
 
 
 async def test_other_users_are_not_held_to_a_node(sim: SimCluster) -> None:
-    await sim.kube.patch(node_path(B), _labels({"gpusched.io/device-plugin": "true"}))
+    await sim.kube.patch(node_path(B), _labels({"gpusched.io/device-plugin": "false"}))
     await sim.kube.patch(node_path(B), _labels({"gpusched.io/device-plugin": None}))
 
 

@@ -102,16 +102,16 @@ def test_chart_values(values: dict[str, Any], components: set[str], check: dict[
         assert ("--leader-elect" in command) == check.get("leader_elect", True)
         assert spec.get("nodeSelector") == check.get("scheduler_node_selector")
     if "agent" in components:
-        spec = one(objs, "DaemonSet", "gpusched-agent")["spec"]["template"]["spec"]
-        plugin = one(objs, "DaemonSet", "gpusched-agent-device-plugin")["spec"]["template"]["spec"]
-        for pod in (spec, plugin):
+        agent = one(objs, "DaemonSet", "gpusched-agent")["spec"]["template"]["spec"]
+        plain = one(objs, "DaemonSet", "gpusched-agent-no-device-plugin")["spec"]["template"]
+        for pod in (agent, plain["spec"]):
             assert pod.get("runtimeClassName") == check.get("runtime_class", "nvidia")
-        (volume,) = [v for v in plugin["volumes"] if v["name"] == "device-plugins"]
+        (volume,) = [v for v in agent["volumes"] if v["name"] == "device-plugins"]
         plugin_dir = check.get("plugin_dir", "/var/lib/kubelet/device-plugins")
         assert volume["hostPath"]["path"] == plugin_dir
         extra = check.get("agent_node_selector", {})
-        assert spec.get("nodeSelector") == (extra or None)
-        assert plugin["nodeSelector"] == {"gpusched.io/device-plugin": "true", **extra}
+        assert agent.get("nodeSelector") == (extra or None)
+        assert plain["spec"]["nodeSelector"] == {"gpusched.io/device-plugin": "false", **extra}
 
 
 @pytest.mark.parametrize(("values", "error"), [
@@ -160,7 +160,7 @@ def test_the_dev_overlay() -> None:
     requests = container["resources"]["requests"]
     base_container = base[("Deployment", NAMESPACE, "gpusched")]["spec"]["template"]["spec"]
     assert requests != base_container["containers"][0]["resources"]["requests"]
-    for name in ("gpusched-agent", "gpusched-agent-device-plugin"):
+    for name in ("gpusched-agent", "gpusched-agent-no-device-plugin"):
         (agent,) = dev[("DaemonSet", NAMESPACE, name)]["spec"]["template"]["spec"]["containers"]
         assert agent["resources"]["requests"] == {"cpu": "10m", "memory": "64Mi"}
     changed = {k for k in base if base[k] != dev[k] and k[0] not in ("Deployment", "DaemonSet")}
@@ -205,7 +205,7 @@ def test_every_container_of_the_install_is_read_only_and_unprivileged() -> None:
             assert security["readOnlyRootFilesystem"] is True, name
             assert security["allowPrivilegeEscalation"] is False, name
             assert not security.get("privileged"), name
-        if name != "gpusched-agent-device-plugin":  # the kubelet's socket directory is root's
+        if name != "gpusched-agent":  # with the device plugin: the kubelet's directory is root's
             assert spec["securityContext"]["runAsNonRoot"] is True, name
 
 
