@@ -29,7 +29,8 @@ fixes it, and checked again until fixed, while it runs (:mod:`gpusched.preflight
 
 ``gpusched agent`` (the node agent, a DaemonSet; docs/agent.md) publishes its node's
 GPUNodeInventory and GPU labels from NVML and serves ``/metrics``, ``/healthz`` and ``/readyz``
-(the inventory is published) on its metrics port. On a node without GPUs or driver it exits 1
+(the inventory is published and, unless ``--no-device-plugin``, the kubelet has registered
+the device plugin) on its metrics port. On a node without GPUs or driver it exits 1
 saying what is missing, unless ``--allow-no-gpu`` (then it publishes an empty inventory); it
 exits 0 after SIGTERM or SIGINT.
 
@@ -699,7 +700,11 @@ async def _run_agent(args: argparse.Namespace, nvml: object, node: str) -> int:
                 dev_root=args.dev_root,
             )
         agent = Agent(kube, nvml, node, settings, listeners=[plugins] if plugins else [])
-        ops = OperationsServer(agent.metrics, agent.ready.is_set)
+
+        def ready() -> bool:  # published, and the kubelet has the device plugin
+            return agent.ready.is_set() and (plugins is None or plugins.ready())
+
+        ops = OperationsServer(agent.metrics, ready)
         try:
             try:
                 await ops.start(port=args.metrics_port)

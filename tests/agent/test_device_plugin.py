@@ -19,7 +19,12 @@ import pytest
 from fake_kubelet import AdmissionError, FakeKubelet
 
 from gpusched.agent import discover
-from gpusched.agent.deviceplugin import ALLOCATED, AllocationError, DevicePlugins
+from gpusched.agent.deviceplugin import (
+    ALLOCATED,
+    AllocationError,
+    DevicePluginListener,
+    DevicePlugins,
+)
 from gpusched.agent.fake_nvml import FakeNVML
 from gpusched.annotations import Assignment
 from gpusched.clock import FakeClock
@@ -457,4 +462,34 @@ async def test_an_agent_started_before_the_kubelet_registers_when_it_comes(
             assert all(plugins.registered().values())
         finally:
             await plugins.stop()
+            await kubelet.stop()
+
+
+async def test_a_socket_directory_that_comes_late_is_served_and_ready_then(
+    socket_dir: Path,
+) -> None:
+    """The agent's listener starts the plugins before the kubelet's directory is mounted: the
+    start fails with a message, the watch keeps trying, and once the directory and the kubelet
+    are there every resource is served, registered and ``ready()``."""
+    spec = _one_node_spec("dgx-h100")
+    sim_node = build_fleet(spec)[0]
+    inventory = discover(FakeNVML.of_sim_node(sim_node, spec), sim_node.name)
+    clock = FakeClock()
+    late = socket_dir / "late"
+    async with SimCluster(None, kubelets=False) as sim:
+        listener = DevicePluginListener(sim.kube, sim_node.name, socket_dir=late, clock=clock)
+        listener.update(inventory)
+        kubelet = FakeKubelet(late)
+        try:
+            await clock.wait_for_sleepers()  # the first pass failed; the watch sleeps
+            assert not listener.ready()
+            late.mkdir()
+            await kubelet.start()
+            assert listener.plugins is not None
+            await clock.advance(listener.plugins.poll_seconds)
+            await kubelet.wait_for(lambda: len(kubelet.plugins) == 3)
+            await clock.wait_for_sleepers()
+            assert listener.ready()
+        finally:
+            await listener.stop()
             await kubelet.stop()

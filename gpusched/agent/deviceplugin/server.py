@@ -268,10 +268,18 @@ class DevicePlugins:
     def registered(self) -> dict[str, bool]:
         return {r: s.registered for r, s in sorted(self._servers.items())}
 
+    def serving(self) -> bool:
+        """Every resource's server is up and registered with the kubelet (for ``/readyz``)."""
+        return bool(self._servers) and all(
+            s.server is not None and s.registered for s in self._servers.values()
+        )
+
     async def start(self) -> None:
         """Start every resource's server, register what the kubelet is up for, then watch."""
-        await self.sync()
-        self._watch = asyncio.create_task(self._watch_kubelet(), name="device-plugin-kubelet")
+        try:
+            await self.sync()
+        finally:  # a first pass that fails (no socket directory yet) is retried by the watch
+            self._watch = asyncio.create_task(self._watch_kubelet(), name="device-plugin-kubelet")
 
     async def stop(self) -> None:
         if self._watch is not None:
@@ -325,6 +333,8 @@ class DevicePlugins:
             await self._clock.sleep(self.poll_seconds)
             try:
                 await self.sync()
+            except OSError as exc:  # the socket directory: said once at start, with its fix
+                log.debug("device plugin: %s; retrying in %ss", exc, self.poll_seconds)
             except Exception:
                 log.exception("device plugin watch failed; retrying")
 
@@ -385,7 +395,9 @@ class DevicePluginListener:
     :class:`gpusched.agent.main.Agent`): the first inventory starts :class:`DevicePlugins`,
     each later one is advertised (a GPU turning unhealthy leaves the kubelet's allocatable at
     once). A start that fails (no kubelet device-plugin directory mounted, say) is logged with
-    its fix and leaves the agent publishing; the watch retries registration by itself."""
+    its fix and leaves the agent publishing; the watch goes on trying every ``poll_seconds``,
+    and :meth:`ready` (the agent's ``/readyz``) stays false until every resource is served
+    and registered."""
 
     def __init__(self, kube: Kube, node_name: str, **options: Any) -> None:
         self.kube = kube
@@ -418,6 +430,9 @@ class DevicePluginListener:
             ", ".join(f"{r} ({n})" for r, n in plugins.resources().items()) or "no resources",
             plugins.socket_dir,
         )
+
+    def ready(self) -> bool:
+        return self.plugins is not None and self.plugins.serving()
 
     async def stop(self) -> None:
         if self._starting is not None:
