@@ -22,6 +22,8 @@ Spec (wire names; all required unless marked optional)::
       memoryMiB         total framebuffer in MiB, e.g. 81559 (nvmlDeviceGetMemoryInfo)
       pciBusId          e.g. "00000000:18:00.0" (nvmlDeviceGetPciInfo busId)
       numaNode          optional; NUMA node of the GPU's PCIe root
+      minorNumber       optional; the driver's minor number: N of /dev/nvidiaN
+                        (nvmlDeviceGetMinorNumber)
       migEnabled        MIG mode is on (nvmlDeviceGetMigMode current)
       health            optional, "Healthy" (default) | "Unhealthy", as the device plugin
                         API's ListAndWatch says it (XID errors, ECC, lost GPU); an unhealthy
@@ -298,6 +300,8 @@ class GPUDevice(_Model):
     memory_mib: int = Field(ge=1, validation_alias=_MIB, serialization_alias=_MIB)
     pci_bus_id: str = Field(pattern=PCI_BUS_ID_PATTERN)
     numa_node: int | None = Field(default=None, ge=0)
+    minor_number: int | None = Field(default=None, ge=0)
+    """The driver's minor number: the N of ``/dev/nvidiaN`` (not always the NVML index)."""
     mig_enabled: bool
     mig_devices: FrozenList[MIGDevice] = Field(default=(), max_length=16)
     health: Health = "Healthy"

@@ -135,6 +135,13 @@ def _numa_node(nvml: Any, handle: Any) -> int | None:
     return node if node >= 0 else None
 
 
+def _minor_number(nvml: Any, handle: Any) -> int | None:
+    try:
+        return int(nvml.nvmlDeviceGetMinorNumber(handle))
+    except nvml.NVMLError:  # NotSupported (Windows); the device plugin then uses the index
+        return None
+
+
 def _gpu(nvml: Any, index: int, handle: Any, bus_id: str) -> GPUDevice:
     try:
         mig_enabled = int(nvml.nvmlDeviceGetMigMode(handle)[0]) == nvml.NVML_DEVICE_MIG_ENABLE
@@ -147,6 +154,7 @@ def _gpu(nvml: Any, index: int, handle: Any, bus_id: str) -> GPUDevice:
         memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB,
         pci_bus_id=bus_id,
         numa_node=_numa_node(nvml, handle),
+        minor_number=_minor_number(nvml, handle),
         mig_enabled=mig_enabled,
         mig_devices=_mig_devices(nvml, handle) if mig_enabled else (),
     )

@@ -379,6 +379,12 @@ class FakeNVML:
     def nvmlDeviceGetPciInfo(self, handle: _GPU) -> PciInfo:
         return _pci(self._gpu(handle).pci_bus_id)
 
+    def nvmlDeviceGetMinorNumber(self, handle: _GPU) -> int:
+        minor = self._gpu(handle).minor_number
+        if minor is None:
+            raise _error("NotSupported")
+        return minor
+
     def nvmlDeviceGetNumaNodeId(self, handle: _GPU) -> int:
         numa = self._gpu(handle).numa_node
         if numa is None:

@@ -18,7 +18,7 @@ from gpusched.agent.deviceplugin.allocation import (
     plan_pod,
     prefer,
 )
-from gpusched.agent.deviceplugin.devices import Granted, device_uuid
+from gpusched.agent.deviceplugin.devices import Granted, device_names, device_uuid, read_mig_minors
 from gpusched.agent.fake_nvml import FakeNVML
 from gpusched.inventory import GPUNodeInventory, node_extended_resources
 from gpusched.sim.fleet import SHARED_CLIENTS_PER_GPU, build_fleet, load_cluster_spec
@@ -125,6 +125,46 @@ def test_container_response_env_and_device_specs(tmp_path: Path) -> None:
         ("/dev/nvidia-uvm-tools", "/dev/nvidia-uvm-tools", "rw"),
         ("/dev/nvidia3", "/dev/nvidia3", "rw"),
     ]
+
+
+MIG_MINORS_TEXT = """\
+config 1
+monitor 2
+gpu0/gi1/access 12
+gpu0/gi1/ci0/access 13
+gpu5/gi2/access 57
+gpu5/gi2/ci0/access 58
+"""
+
+
+@pytest.mark.parametrize(
+    ("minor", "mig", "names"),
+    [
+        # /dev/nvidiaN is the driver's minor number, not the NVML index (here index 2)
+        (5, False, ["nvidia5"]),
+        (None, False, ["nvidia2"]),  # NVML gave no minor: the index
+        # a MIG device: its GPU and its GPU and compute instances' capability nodes
+        (5, True, ["nvidia5", "nvidia-caps/nvidia-cap57", "nvidia-caps/nvidia-cap58"]),
+        (0, True, ["nvidia0"]),  # not in the driver's table: no capability node to pass
+    ],
+)
+def test_device_nodes_follow_the_minor_number(
+    tmp_path: Path, minor: int | None, mig: bool, names: list[str]
+) -> None:
+    (tmp_path / "mig-minors").write_text(MIG_MINORS_TEXT)
+    minors = read_mig_minors(tmp_path / "mig-minors")
+    assert minors["gpu5/gi2/ci0/access"] == 58
+    inv = _inventory("mig-small")
+    gpu = next(g for g in inv.gpus if g.mig_devices)
+    gpu = gpu.model_copy(update={"index": 2, "minor_number": minor})
+    dev = gpu.mig_devices[0].model_copy(update={"gpu_instance_id": 2, "compute_instance_id": 0})
+    if minor == 0:
+        dev = dev.model_copy(update={"gpu_instance_id": 9})
+    assert device_names(Granted(gpu, dev if mig else None), minors) == names
+
+
+def test_no_mig_minors_table_is_empty(tmp_path: Path) -> None:
+    assert read_mig_minors(tmp_path / "absent") == {}
 
 
 def test_whole_gpus_have_no_limits() -> None:

@@ -34,9 +34,12 @@ order (CUDA takes UUIDs, so device ``i`` is the same GPU with or without the con
 runtime's re-indexing); a shared GPU adds HAMi-core's ``CUDA_DEVICE_MEMORY_LIMIT_<i>``
 (``"16384m"``: the reserved VRAM) and, with a compute share, ``CUDA_DEVICE_SM_LIMIT``; device
 specs as NVIDIA's plugin passes them (``--pass-device-specs``): ``/dev/nvidiactl``,
-``/dev/nvidia-uvm``, ``/dev/nvidia-uvm-tools``, ``/dev/nvidia-modeset`` and ``/dev/nvidia<i>``
-per GPU (the parent GPU of a MIG device; the MIG capability nodes are the container runtime's
-to add from ``NVIDIA_VISIBLE_DEVICES``), each only if it exists under ``dev_root``.
+``/dev/nvidia-uvm``, ``/dev/nvidia-uvm-tools``, ``/dev/nvidia-modeset`` and ``/dev/nvidia<m>``
+per GPU, ``m`` its driver minor number (``minorNumber`` in the inventory, which need not be the
+NVML index; the index only where NVML did not say), the parent GPU of a MIG device, plus for a
+MIG device its GPU and compute instances' capability nodes ``/dev/nvidia-caps/nvidia-cap<k>``
+(``k`` from the driver's ``/proc/driver/nvidia-caps/mig-minors``, as NVIDIA's plugin reads
+it), each only if it exists under ``dev_root``.
 
 Cost: O(GPUs x replicas) per advertisement, O(devices) per container response.
 """
@@ -56,6 +59,7 @@ from gpusched.inventory import mig_resource_name as mig_resource_name
 
 __all__ = [
     "HEALTHY",
+    "MIG_MINORS",
     "REPLICA_SEPARATOR",
     "RESOURCE_GPU",
     "RESOURCE_SHARED_GPU",
@@ -66,9 +70,11 @@ __all__ = [
     "Granted",
     "advertise",
     "container_response",
+    "device_names",
     "device_uuid",
     "gpus_by_uuid",
     "mig_resource_name",
+    "read_mig_minors",
 ]
 
 HEALTHY: Final = "Healthy"
@@ -162,11 +168,45 @@ class Granted:
         return self.mig.uuid if self.mig is not None else self.gpu.uuid
 
 
+MIG_MINORS: Final = Path("/proc/driver/nvidia-caps/mig-minors")
+"""The driver's table of MIG capability minors: lines ``gpu0/gi1/access 12`` and
+``gpu0/gi1/ci0/access 13`` (GPU by minor number)."""
+
+
+def read_mig_minors(path: Path = MIG_MINORS) -> dict[str, int]:
+    """``{"gpu0/gi1/access": 12, ...}`` from the driver's table; empty where there is none."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, minor = line.partition(" ")
+        if minor.strip().isdigit():
+            out[name] = int(minor)
+    return out
+
+
+def device_names(granted: Granted, mig_minors: Mapping[str, int]) -> list[str]:
+    """The device nodes (relative to /dev) that ``granted`` needs besides the control ones."""
+    gpu = granted.gpu
+    minor = gpu.minor_number if gpu.minor_number is not None else gpu.index
+    names = [f"nvidia{minor}"]
+    mig = granted.mig
+    if mig is not None:
+        gi = f"gpu{minor}/gi{mig.gpu_instance_id}"
+        for key in (f"{gi}/access", f"{gi}/ci{mig.compute_instance_id}/access"):
+            if key in mig_minors:
+                names.append(f"nvidia-caps/nvidia-cap{mig_minors[key]}")
+    return names
+
+
 def container_response(
     granted: Sequence[Granted],
     *,
     cores_percent: int = 0,
     dev_root: Path = Path("/dev"),
+    mig_minors: Mapping[str, int] | None = None,
 ) -> api.ContainerAllocateResponse:
     """What the kubelet injects into a container holding ``granted`` (module docstring)."""
     uuids = ",".join(g.uuid for g in granted)
@@ -178,9 +218,9 @@ def container_response(
         envs["CUDA_DEVICE_SM_LIMIT"] = str(cores_percent)
     names = list(_CONTROL_DEVICES)
     for g in granted:
-        name = f"nvidia{g.gpu.index}"
-        if name not in names:
-            names.append(name)
+        for name in device_names(g, mig_minors or {}):
+            if name not in names:
+                names.append(name)
     specs = [
         api.DeviceSpec(container_path=f"/dev/{name}", host_path=f"/dev/{name}", permissions="rw")
         for name in names

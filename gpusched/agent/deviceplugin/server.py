@@ -53,6 +53,7 @@ from gpusched.agent.deviceplugin.devices import (
     advertise,
     container_response,
     gpus_by_uuid,
+    read_mig_minors,
 )
 from gpusched.clock import Clock, RealClock
 from gpusched.inventory import GPUNodeInventory
@@ -371,7 +372,10 @@ class DevicePlugins:
                     ",".join(g.uuid for g in granted),
                 )
                 return container_response(
-                    granted, cores_percent=plan.cores_percent, dev_root=self.dev_root
+                    granted,
+                    cores_percent=plan.cores_percent,
+                    dev_root=self.dev_root,
+                    mig_minors=read_mig_minors() if any(g.mig for g in granted) else None,
                 )
             raise AllocationError(
                 f"the pods on node {self.node_name} kept changing while allocating {resource}; "
