@@ -168,3 +168,23 @@ def test_gangs_benchmark_binds_each_gang_whole(tmp_path: Path) -> None:
         assert case["double_booked_gpus"] == 0
         for field in ("bind_s", "total_s", "api_writes_per_pod", "lease_binding_writes_per_pod"):
             assert isinstance(case[field], float)
+
+
+DEVICE_PLUGIN = Path(__file__).resolve().parent.parent / "benchmarks" / "device_plugin.py"
+
+
+def test_device_plugin_benchmark_admits_every_pod(tmp_path: Path) -> None:
+    """A tiny run of benchmarks/device_plugin.py: the fields, and the API requests per
+    admission (a LIST for the preference, a LIST and a PATCH for Allocate)."""
+    spec = importlib.util.spec_from_file_location("device_plugin_bench", DEVICE_PLUGIN)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "dp.json"
+    module.main(["--waiting", "1,3", "--json", str(out)])
+    cases = json.loads(out.read_text())["device_plugin"]
+    assert [c["waiting"] for c in cases] == [1, 3]
+    for case in cases:
+        assert case["api_requests_per_admission"] == 3.0
+        assert isinstance(case["ms_per_admission"], float)
