@@ -39,6 +39,7 @@ from gpusched.sim import field as fieldlib
 from gpusched.sim import patch as patchlib
 from gpusched.sim import policy as policylib
 from gpusched.sim import quota as quotalib
+from gpusched.sim import resource as resourcelib
 from gpusched.sim import scheduling as schedulinglib
 from gpusched.sim.selectors import (
     FieldSelector,
@@ -412,6 +413,8 @@ class Registry:
         for group, plural, kind, namespaced, short, subs in _STORED_KINDS:
             strategy = rbac.RBACStrategy(kind, group) if group == rbac.GROUP else None
             self._builtin(group, "v1", plural, kind, namespaced, short, subs, strategy=strategy)
+        for plural, kind, namespaced, subs, dra in resourcelib.strategies():
+            self._builtin(resourcelib.GROUP, "v1", plural, kind, namespaced, (), subs, strategy=dra)
         for mutating in (True, False):
             webhooks = admissionlib.WebhookStrategy(mutating)
             self._builtin(
