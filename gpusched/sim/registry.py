@@ -625,9 +625,13 @@ class Registry:
 
     @staticmethod
     def _field_conversion(res: Resource) -> Callable[[str, str], tuple[str, str]]:
-        """Core and events.k8s.io kinds and custom resources register a field-label conversion;
-        the others accept only metadata.name and metadata.namespace."""
-        if res.group in ("", "events.k8s.io") or res.schema is not None:
+        """Core and events.k8s.io kinds, ResourceSlice and custom resources register a
+        field-label conversion; the others accept only metadata.name and metadata.namespace."""
+        if (
+            res.group in ("", "events.k8s.io")
+            or res.schema is not None
+            or (res.group, res.kind) == (resourcelib.GROUP, "ResourceSlice")
+        ):
             renames = {"spec.host": "spec.nodeName"} if res.kind == "Pod" else None
             return field_label_conversion(res.strategy.supported_fields, renames)
         return default_field_label_conversion
