@@ -6,8 +6,8 @@ cluster runs :class:`ResourceClaimController` as an ordinary API client (list/wa
 
 * **claims from templates**: for each entry of a pod's ``spec.resourceClaims`` that names a
   ``resourceClaimTemplateName``, it creates a ResourceClaim from the template (the template's
-  labels, annotations and ``spec.spec``) with ``generateName`` ``<pod>-<claim>-`` (the two
-  joined parts shortened in the middle to 57 characters), the annotation
+  labels, annotations and ``spec.spec``) with ``generateName`` ``<pod>-<claim>-`` (both names
+  shortened in proportion when that is over 57 characters), the annotation
   ``resource.kubernetes.io/pod-claim-name: <claim>`` and a controller ``ownerReference`` to the
   pod (``blockOwnerDeletion``), unless the pod already owns one for that entry; then it records
   ``status.resourceClaimStatuses[{name, resourceClaimName}]`` on the pod. Pods being deleted
@@ -48,12 +48,17 @@ _MAX_BASE_LEN: Final = 57  # 63 - len("-") - 5 random characters
 
 
 def generate_name(pod: str, claim: str) -> str:
-    """The ``generateName`` of a claim made for ``pod`` from its entry ``claim``."""
-    base = f"{pod}-{claim}"
-    if len(base) > _MAX_BASE_LEN:
-        half = _MAX_BASE_LEN // 2
-        base = base[:half] + base[len(base) - half :]
-    return base + "-"
+    """The ``generateName`` of a claim made for ``pod`` from its entry ``claim``: upstream
+    shortens both names in proportion to their lengths (and then drops the final hyphen)."""
+    name = f"{pod}-{claim}-"
+    if len(name) > _MAX_BASE_LEN:
+        total = len(name)
+        name = (
+            pod[: len(pod) * _MAX_BASE_LEN // total]
+            + "-"
+            + claim[: len(claim) * _MAX_BASE_LEN // total]
+        )
+    return name
 
 
 def is_pod_done(pod: Mapping[str, Any]) -> bool:
