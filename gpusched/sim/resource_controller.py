@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 _MAX_BASE_LEN: Final = 57  # 63 - len("-") - 5 random characters
+_RETRY_INITIAL: Final = 0.1
+_RETRY_MAX: Final = 10.0
 
 
 def generate_name(pod: str, claim: str) -> str:
@@ -109,6 +111,8 @@ class ResourceClaimController:
         self._queued: set[str] = set()
         self._by_pod_uid: dict[str, set[str]] = {}  # reserved or owning pod uid -> claim keys
         self._created: dict[tuple[str, str], str] = {}  # (pod uid, entry) -> claim made
+        self._failures: dict[str, int] = {}  # queue item -> failed syncs in a row
+        self._retries: set[asyncio.Task[None]] = set()
         self.created = 0
         self.deleted = 0
 
@@ -124,6 +128,7 @@ class ResourceClaimController:
         try:
             await asyncio.gather(*tasks)
         finally:
+            tasks.extend(self._retries)
             for t in tasks:
                 t.cancel()
             for t in tasks:
@@ -201,10 +206,23 @@ class ResourceClaimController:
                     await self._sync_pod(key)
                 else:
                     await self._sync_claim(key)
+                self._failures.pop(item, None)
             except APIError as exc:
-                log.info("resourceclaim controller: syncing %s: %s; will retry", item, exc)
-                await self.clock.sleep(0.1)
-                self._enqueue(kind, key)
+                # Requeue later with exponential backoff (client-go's rate-limited queue),
+                # without holding up the other items.
+                failures = self._failures.get(item, 0)
+                self._failures[item] = failures + 1
+                delay = min(_RETRY_INITIAL * 2**failures, _RETRY_MAX)
+                log.info("resourceclaim controller: %s: %s; retrying in %.1fs", item, exc, delay)
+                task = asyncio.create_task(
+                    self._retry(kind, key, delay), name="resourceclaim-retry"
+                )
+                self._retries.add(task)
+                task.add_done_callback(self._retries.discard)
+
+    async def _retry(self, kind: str, key: str, delay: float) -> None:
+        await self.clock.sleep(delay)
+        self._enqueue(kind, key)
 
     # ------------------------------------------------------------------ pods
 
@@ -264,7 +282,7 @@ class ResourceClaimController:
             resource_path(
                 GROUP, "v1", "resourceclaimtemplates", namespace, entry["resourceClaimTemplateName"]
             )
-        )
+        )  # APINotFound: retried, and the template's creation syncs the pod again
         tspec = template.get("spec") or {}
         tmeta = tspec.get("metadata") or {}
         annotations = {**(tmeta.get("annotations") or {}), POD_CLAIM_NAME_ANNOTATION: entry["name"]}
