@@ -952,7 +952,7 @@ class ResourceSliceStrategy(kinds.Strategy):
                     o,
                     [
                         kinds._str(kinds._meta(o).get("name")),
-                        kinds._str(spec.get("nodeName")) or "<none>",
+                        kinds._str(spec.get("nodeName")),
                         kinds._str(spec.get("driver")),
                         kinds._str(kinds._map(spec.get("pool")).get("name")),
                         kinds._since(kinds._meta(o).get("creationTimestamp"), now),
