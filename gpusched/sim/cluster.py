@@ -26,7 +26,9 @@ cluster's clock runs the work that waits for time (a PodDisruptionBudget's ``dis
 entries expire after two minutes), so a ``FakeClock`` drives it too. The resourceclaim
 controller (``gpusched.sim.resource_controller``: claims from ResourceClaimTemplates, pods'
 ``resourceClaimStatuses``, ``reservedFor`` cleanup) runs as an API client, as
-kube-controller-manager does; it watches pods only once a DRA claim or template exists.
+kube-controller-manager does, when ``resource_claims=True`` (by default with the kubelets or a
+``dra`` fleet, so that ``kubelets=False`` stays a cluster where only the test's requests reach
+the server); it watches pods only once a DRA claim or template exists.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class SimCluster:
         tls: bool = True,
         webhook: bool | WebhookConfig = False,
         telemetry: float | None = None,
+        resource_claims: bool | None = None,
     ) -> None:
         if cluster is None or isinstance(cluster, ClusterSpec):
             self.spec = cluster
@@ -110,6 +113,9 @@ class SimCluster:
         self.telemetry: SimTelemetry | None = None
         self._telemetry_task: asyncio.Task[None] | None = None
         self._controller_task: asyncio.Task[None] | None = None
+        if resource_claims is None:
+            resource_claims = kubelets or (self.spec is not None and self.spec.dra)
+        self._claims_enabled = resource_claims
         self.resource_claims: ResourceClaimController | None = None
         self._claims_task: asyncio.Task[None] | None = None
 
@@ -209,10 +215,11 @@ class SimCluster:
             self._controller_task = asyncio.create_task(
                 self._run_controllers(), name="sim-controllers"
             )
-            self.resource_claims = ResourceClaimController(Kube(self.api_client()), self.clock)
-            self._claims_task = asyncio.create_task(
-                self.resource_claims.run(), name="sim-resourceclaim-controller"
-            )
+            if self._claims_enabled:
+                self.resource_claims = ResourceClaimController(Kube(self.api_client()), self.clock)
+                self._claims_task = asyncio.create_task(
+                    self.resource_claims.run(), name="sim-resourceclaim-controller"
+                )
             if self.spec is not None:
                 await apply_fleet(self._kube.api_client, self.spec)
             if self._webhook_enabled:

@@ -30,7 +30,7 @@ REQUESTS = {
 
 @pytest.fixture
 async def sim() -> AsyncIterator[SimCluster]:
-    async with SimCluster(None, kubelets=False) as cluster:
+    async with SimCluster(None, kubelets=False, resource_claims=True) as cluster:
         yield cluster
 
 
