@@ -23,7 +23,12 @@ serves and registers gpusched's admission webhook (``gpusched.sim.webhook``); wi
 10 s (``gpusched.sim.telemetry``). Both are off by default, so that the many clusters tests start
 stay cheap; ``gpusched sim serve`` and ``sim run`` turn them on. A controller loop on the
 cluster's clock runs the work that waits for time (a PodDisruptionBudget's ``disruptedPods``
-entries expire after two minutes), so a ``FakeClock`` drives it too.
+entries expire after two minutes), so a ``FakeClock`` drives it too. The resourceclaim
+controller (``gpusched.sim.resource_controller``: claims from ResourceClaimTemplates, pods'
+``resourceClaimStatuses``, ``reservedFor`` cleanup) runs as an API client, as
+kube-controller-manager does, when ``resource_claims=True`` (by default with the kubelets or a
+``dra`` fleet, so that ``kubelets=False`` stays a cluster where only the test's requests reach
+the server); it watches pods only once a DRA claim or template exists.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from gpusched.kube.client import Kube
 from gpusched.sim.faults import Faults
 from gpusched.sim.fleet import ClusterSpec, apply_fleet, ensure_crd, load_cluster_spec
 from gpusched.sim.kubelet import SimKubelet
+from gpusched.sim.resource_controller import ResourceClaimController
 from gpusched.sim.server import APIServer
 from gpusched.sim.telemetry import SimTelemetry
 
@@ -75,6 +81,7 @@ class SimCluster:
         tls: bool = True,
         webhook: bool | WebhookConfig = False,
         telemetry: float | None = None,
+        resource_claims: bool | None = None,
     ) -> None:
         if cluster is None or isinstance(cluster, ClusterSpec):
             self.spec = cluster
@@ -106,6 +113,11 @@ class SimCluster:
         self.telemetry: SimTelemetry | None = None
         self._telemetry_task: asyncio.Task[None] | None = None
         self._controller_task: asyncio.Task[None] | None = None
+        if resource_claims is None:
+            resource_claims = kubelets or (self.spec is not None and self.spec.dra)
+        self._claims_enabled = resource_claims
+        self.resource_claims: ResourceClaimController | None = None
+        self._claims_task: asyncio.Task[None] | None = None
 
     @property
     def faults(self) -> Faults:
@@ -203,6 +215,11 @@ class SimCluster:
             self._controller_task = asyncio.create_task(
                 self._run_controllers(), name="sim-controllers"
             )
+            if self._claims_enabled:
+                self.resource_claims = ResourceClaimController(Kube(self.api_client()), self.clock)
+                self._claims_task = asyncio.create_task(
+                    self.resource_claims.run(), name="sim-resourceclaim-controller"
+                )
             if self.spec is not None:
                 await apply_fleet(self._kube.api_client, self.spec)
             if self._webhook_enabled:
@@ -255,6 +272,11 @@ class SimCluster:
             self._kubelet_task = None
 
     async def __aexit__(self, *exc: Any) -> None:
+        if self._claims_task is not None:
+            self._claims_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._claims_task
+            self._claims_task = None
         if self._controller_task is not None:
             self._controller_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

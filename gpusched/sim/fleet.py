@@ -76,6 +76,7 @@ from gpusched.inventory import (
     validation_problems,
 )
 from gpusched.mig_profiles import MIG_PRODUCTS, MIGProfile, place, product_table
+from gpusched.sim import resource_slices
 from gpusched.sim.kubelet import SIMULATED_NODE_LABEL
 
 __all__ = [
@@ -321,6 +322,9 @@ class ClusterSpec(_Spec):
     name: str = Field(pattern=_DNS_LABEL)
     description: str = ""
     pools: FrozenList[PoolSpec] = Field(min_length=1)
+    dra: bool = False
+    """Also publish the GPUs for DRA as NVIDIA's DRA driver does: its DeviceClasses and one
+    ``resource.k8s.io/v1`` ResourceSlice per GPU node (:mod:`gpusched.sim.resource_slices`)."""
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -915,7 +919,51 @@ async def _apply_inventory(custom: Any, obj: dict[str, Any]) -> None:
     raise FleetError(f"GPUNodeInventory {name}: conflicts on every replace")
 
 
-async def _apply_node(core: Any, custom: Any, sim: SimNode) -> None:
+_RESOURCE: Final = ("resource.k8s.io", "v1")
+
+
+async def _apply_resource_slice(custom: Any, inventory: GPUNodeInventory, uid: str) -> None:
+    """Create the node's ResourceSlice, owned by its Node (as the driver's kubelet plugin
+    does); an existing one is replaced, its pool generation moved on when devices changed."""
+    body = resource_slices.resource_slice(inventory)
+    body["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Node", "name": inventory.node_name, "uid": uid}
+    ]
+    plural = "resourceslices"
+    try:
+        await _call(custom.create_cluster_custom_object, *_RESOURCE, plural, body)
+        return
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    name = body["metadata"]["name"]
+    for _attempt in range(5):
+        current = await _call(custom.get_cluster_custom_object, *_RESOURCE, plural, name)
+        spec = current.get("spec") or {}
+        generation = int((spec.get("pool") or {}).get("generation") or 0)
+        if spec.get("devices") != body["spec"]["devices"]:
+            generation += 1
+        body["spec"]["pool"]["generation"] = max(generation, 1)
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        try:
+            await _call(custom.replace_cluster_custom_object, *_RESOURCE, plural, name, body)
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    raise FleetError(f"ResourceSlice {name}: conflicts on every replace")
+
+
+async def _apply_device_classes(custom: Any) -> None:
+    for cls in resource_slices.DEVICE_CLASSES:
+        try:
+            await _call(custom.create_cluster_custom_object, *_RESOURCE, "deviceclasses", cls)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
+async def _apply_node(core: Any, custom: Any, sim: SimNode, dra: bool = False) -> None:
     desired = sim.node
     current_status: dict[str, Any] = {}
     try:
@@ -948,6 +996,8 @@ async def _apply_node(core: Any, custom: Any, sim: SimNode) -> None:
     await _call(core.patch_node_status, sim.name, {"status": status}, _content_type=_MERGE_PATCH)
     if sim.inventory is not None:
         await _apply_inventory(custom, inventory_to_object(sim.inventory, uid))
+        if dra:
+            await _apply_resource_slice(custom, sim.inventory, uid)
 
 
 async def apply_fleet(
@@ -962,7 +1012,8 @@ async def apply_fleet(
 
     Idempotent: existing Nodes get their labels, annotations, taints and status updated
     (stale ``nvidia.com/`` and ``gpusched.io/`` labels and resources removed) and existing
-    inventories are replaced. With ``create_crd`` the CRD is ensured first
+    inventories are replaced; with ``spec.dra`` the DRA driver's DeviceClasses and each GPU
+    node's ResourceSlice are written too. With ``create_crd`` the CRD is ensured first
     (:func:`ensure_crd`). At most ``concurrency`` nodes are in flight. Raises
     :class:`FleetError` naming the first failures.
     """
@@ -971,9 +1022,15 @@ async def apply_fleet(
     core: Any = client.CoreV1Api(api_client)
     custom: Any = client.CustomObjectsApi(api_client)
 
+    if spec.dra:
+        try:
+            await _apply_device_classes(custom)
+        except ApiException as exc:
+            raise FleetError(f"DeviceClasses: {_describe(exc)}") from exc
+
     async def work(sim: SimNode) -> None:
         try:
-            await _apply_node(core, custom, sim)
+            await _apply_node(core, custom, sim, spec.dra)
         except ApiException as exc:
             raise FleetError(f"node {sim.name}: {_describe(exc)}") from exc
 

@@ -1622,6 +1622,103 @@ def _validate_pod_spec(spec: Mapping[str, Any]) -> list[FieldError]:
     return errs
 
 
+def _validate_pod_resource_claims(pod: Mapping[str, Any]) -> list[FieldError]:
+    """``validatePodResourceClaims`` and each container's ``resources.claims``
+    (``validateResourceClaimNames``): DRA claims a pod names (``gpusched.sim.resource``)."""
+    spec = _map(pod.get("spec"))
+    errs: list[FieldError] = []
+    names: set[str] = set()
+    pod_name = _str(_meta(pod).get("name"))
+    for i, raw in enumerate(_list(spec.get("resourceClaims"))):
+        claim, p = _map(raw), f"spec.resourceClaims[{i}]"
+        name = _str(claim.get("name"))
+        if not name:
+            errs.append(field.required(f"{p}.name"))
+        elif name in names:
+            errs.append(field.duplicate(f"{p}.name", name))
+        else:
+            name_errs = _validate_dns1123_label(name, f"{p}.name")
+            errs.extend(name_errs)
+            if not name_errs and pod_name and claim.get("resourceClaimTemplateName") is not None:
+                final = f"{pod_name}-{name}"
+                errs.extend(
+                    field.invalid(f"{p}.name", final, "final ResourceClaim name: " + m)
+                    for m in name_is_dns_subdomain(final, False)
+                )
+            names.add(name)
+        claim_name, template = (
+            claim.get("resourceClaimName"),
+            claim.get("resourceClaimTemplateName"),
+        )
+        if claim_name is not None and template is not None:
+            errs.append(
+                field.invalid(
+                    p,
+                    field.struct(raw),
+                    "at most one of `resourceClaimName` or `resourceClaimTemplateName` may be set",
+                )
+            )
+        elif claim_name is None and template is None:
+            errs.append(
+                field.invalid(
+                    p,
+                    field.struct(raw),
+                    "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`",
+                )
+            )
+        else:
+            key = "resourceClaimName" if claim_name is not None else "resourceClaimTemplateName"
+            value = _str(claim.get(key))
+            errs.extend(
+                field.invalid(f"{p}.{key}", value, m) for m in name_is_dns_subdomain(value, False)
+            )
+    for group in ("initContainers", "containers"):
+        for i, raw in enumerate(_list(spec.get(group))):
+            claims = _list(_map(_map(raw).get("resources")).get("claims"))
+            seen: set[str] = set()
+            for j, c in enumerate(claims):
+                p = f"spec.{group}[{i}].resources.claims[{j}]"
+                name = _str(_map(c).get("name"))
+                if not name:
+                    errs.append(field.required(p))
+                    continue
+                if name in seen:
+                    errs.append(field.duplicate(p, name))
+                seen.add(name)
+                if name not in names:
+                    detail = "must be one of the names in pod.spec.resourceClaims"
+                    detail += ": " + ", ".join(sorted(names)) if names else " which is empty"
+                    errs.append(
+                        FieldError(field.path_string(p), field.ErrorType.NOT_FOUND, name, detail)
+                    )
+    return errs
+
+
+def _validate_pod_resource_claim_statuses(pod: Mapping[str, Any]) -> list[FieldError]:
+    """``validatePodResourceClaimStatuses``: ``status.resourceClaimStatuses``."""
+    claims = {_str(_map(c).get("name")) for c in _list(_map(pod.get("spec")).get("resourceClaims"))}
+    errs: list[FieldError] = []
+    seen: set[str] = set()
+    statuses = _list(_map(pod.get("status")).get("resourceClaimStatuses"))
+    for i, raw in enumerate(statuses):
+        st, p = _map(raw), f"status.resourceClaimStatuses[{i}].name"
+        name = _str(st.get("name"))
+        if name not in claims:
+            errs.append(
+                field.invalid(p, name, "must match the name of an entry in `spec.resourceClaims`")
+            )
+        if name in seen:
+            errs.append(field.duplicate(p, name))
+        seen.add(name)
+        claim_name = st.get("resourceClaimName")
+        if claim_name is not None:
+            errs.extend(
+                field.invalid(p, _str(claim_name), m)
+                for m in name_is_dns_subdomain(_str(claim_name), False)
+            )
+    return errs
+
+
 def _validate_container_updates(
     new: list[Any], old: list[Any], path: str
 ) -> tuple[list[FieldError], bool]:
@@ -1728,6 +1825,7 @@ class PodStrategy(Strategy):
         errs = _validate_object_meta(obj, self.name_fn, kube=True)
         spec = _map(obj.get("spec"))
         errs.extend(_validate_pod_spec(spec))
+        errs.extend(_validate_pod_resource_claims(obj))
         if _list(spec.get("ephemeralContainers")):
             errs.append(field.forbidden("spec.ephemeralContainers", "cannot be set on create"))
         if _str(spec.get("nodeName")) and _list(spec.get("schedulingGates")):
@@ -1865,6 +1963,7 @@ class PodStrategy(Strategy):
         """``validatePodMetadataAndSpec``."""
         errs = _validate_object_meta(obj, self.name_fn, kube=True)
         errs.extend(_validate_pod_spec(_map(obj.get("spec"))))
+        errs.extend(_validate_pod_resource_claims(obj))
         return errs
 
     # ------------------------------------------------------------------ status
@@ -1897,6 +1996,7 @@ class PodStrategy(Strategy):
                 field.invalid("status.nominatedNodeName", nominated, m)
                 for m in is_dns1123_subdomain(nominated)
             )
+        errs.extend(_validate_pod_resource_claim_statuses(new))
         if _str(status.get("qosClass")) != _str(old_status.get("qosClass")):
             errs.append(field.immutable("status.qosClass", _str(status.get("qosClass"))))
         restart = _str(_map(old.get("spec")).get("restartPolicy"))

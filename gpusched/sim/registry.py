@@ -39,6 +39,7 @@ from gpusched.sim import field as fieldlib
 from gpusched.sim import patch as patchlib
 from gpusched.sim import policy as policylib
 from gpusched.sim import quota as quotalib
+from gpusched.sim import resource as resourcelib
 from gpusched.sim import scheduling as schedulinglib
 from gpusched.sim.selectors import (
     FieldSelector,
@@ -412,6 +413,8 @@ class Registry:
         for group, plural, kind, namespaced, short, subs in _STORED_KINDS:
             strategy = rbac.RBACStrategy(kind, group) if group == rbac.GROUP else None
             self._builtin(group, "v1", plural, kind, namespaced, short, subs, strategy=strategy)
+        for plural, kind, namespaced, subs, dra in resourcelib.strategies():
+            self._builtin(resourcelib.GROUP, "v1", plural, kind, namespaced, (), subs, strategy=dra)
         for mutating in (True, False):
             webhooks = admissionlib.WebhookStrategy(mutating)
             self._builtin(
@@ -622,9 +625,13 @@ class Registry:
 
     @staticmethod
     def _field_conversion(res: Resource) -> Callable[[str, str], tuple[str, str]]:
-        """Core and events.k8s.io kinds and custom resources register a field-label conversion;
-        the others accept only metadata.name and metadata.namespace."""
-        if res.group in ("", "events.k8s.io") or res.schema is not None:
+        """Core and events.k8s.io kinds, ResourceSlice and custom resources register a
+        field-label conversion; the others accept only metadata.name and metadata.namespace."""
+        if (
+            res.group in ("", "events.k8s.io")
+            or res.schema is not None
+            or (res.group, res.kind) == (resourcelib.GROUP, "ResourceSlice")
+        ):
             renames = {"spec.host": "spec.nodeName"} if res.kind == "Pod" else None
             return field_label_conversion(res.strategy.supported_fields, renames)
         return default_field_label_conversion

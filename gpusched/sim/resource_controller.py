@@ -1,0 +1,379 @@
+"""The resourceclaim controller of kube-controller-manager, played by the simulation.
+
+In a real cluster ``pkg/controller/resourceclaim/controller.go`` does this; the simulated
+cluster runs :class:`ResourceClaimController` as an ordinary API client (list/watch, create,
+``/status`` updates, DELETE with a uid precondition), as it runs the kubelets:
+
+* **claims from templates**: for each entry of a pod's ``spec.resourceClaims`` that names a
+  ``resourceClaimTemplateName``, it creates a ResourceClaim from the template (the template's
+  labels, annotations and ``spec.spec``) with ``generateName`` ``<pod>-<claim>-`` (both names
+  shortened in proportion when that is over 57 characters), the annotation
+  ``resource.kubernetes.io/pod-claim-name: <claim>`` and a controller ``ownerReference`` to the
+  pod (``blockOwnerDeletion``), unless the pod already owns one for that entry; then it records
+  ``status.resourceClaimStatuses[{name, resourceClaimName}]`` on the pod. Pods being deleted
+  or done get no new claims.
+* **reservedFor cleanup**: a claim's ``status.reservedFor`` entries for pods that are gone
+  (or have another uid) or done (Succeeded, Failed, or deleted before being scheduled) are
+  removed; when the last one goes and the claim carries the
+  ``resource.kubernetes.io/delete-protection`` finalizer, the allocation is cleared too, and
+  then the finalizer is removed (so a deleted claim can go).
+* **generated claims of pods that are done**: an unreserved claim owned by a pod that is done
+  is deleted. A deleted pod's claims are removed by the garbage collector (its ownerReference).
+
+Cost: nothing while no ResourceClaim or ResourceClaimTemplate exists (the pod watch starts
+with the first one, so a cluster without DRA carries no extra pod watch); then one queue
+entry per pod or claim event, each synced in O(claims of the pod).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from gpusched.clock import Clock, RealClock
+from gpusched.kube.client import Kube, resource_path
+from gpusched.kube.errors import APIConflict, APIError, APINotFound
+from gpusched.kube.reflector import Reflector, object_key
+from gpusched.sim.resource import DELETE_PROTECTION_FINALIZER, GROUP
+
+__all__ = ["POD_CLAIM_NAME_ANNOTATION", "ResourceClaimController", "generate_name", "is_pod_done"]
+
+log = logging.getLogger(__name__)
+
+POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
+_MAX_BASE_LEN: Final = 57  # 63 - len("-") - 5 random characters
+_RETRY_INITIAL: Final = 0.1
+_RETRY_MAX: Final = 10.0
+
+
+def generate_name(pod: str, claim: str) -> str:
+    """The ``generateName`` of a claim made for ``pod`` from its entry ``claim``: upstream
+    shortens both names in proportion to their lengths (and then drops the final hyphen)."""
+    name = f"{pod}-{claim}-"
+    if len(name) > _MAX_BASE_LEN:
+        total = len(name)
+        name = (
+            pod[: len(pod) * _MAX_BASE_LEN // total]
+            + "-"
+            + claim[: len(claim) * _MAX_BASE_LEN // total]
+        )
+    return name
+
+
+def is_pod_done(pod: Mapping[str, Any]) -> bool:
+    """``isPodDone``: terminal, or deleted before it was scheduled."""
+    phase = (pod.get("status") or {}).get("phase")
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return phase in ("Succeeded", "Failed") or (
+        bool(meta.get("deletionTimestamp")) and not spec.get("nodeName")
+    )
+
+
+def _owning_pod(claim: Mapping[str, Any]) -> tuple[str, str]:
+    for ref in (claim.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("apiVersion") == "v1" and ref.get("kind") == "Pod" and ref.get("controller"):
+            return str(ref.get("name", "")), str(ref.get("uid", ""))
+    return "", ""
+
+
+class ResourceClaimController:
+    """``await run()`` until cancelled; ``synced`` is set once claims are listed."""
+
+    def __init__(self, kube: Kube, clock: Clock | None = None) -> None:
+        self.kube = kube
+        self.clock = clock or RealClock()
+        self.claims = Reflector(
+            kube,
+            resource_path(GROUP, "v1", "resourceclaims"),
+            handler=self._on_claim,
+            clock=self.clock,
+            name="resourceclaim/claims",
+        )
+        self.templates = Reflector(
+            kube,
+            resource_path(GROUP, "v1", "resourceclaimtemplates"),
+            handler=self._on_template,
+            clock=self.clock,
+            name="resourceclaim/templates",
+        )
+        self.pods = Reflector(
+            kube,
+            resource_path("", "v1", "pods"),
+            handler=self._on_pod,
+            clock=self.clock,
+            name="resourceclaim/pods",
+        )
+        self._pods_wanted = asyncio.Event()
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._by_pod_uid: dict[str, set[str]] = {}  # reserved or owning pod uid -> claim keys
+        self._created: dict[tuple[str, str], str] = {}  # (pod uid, entry) -> claim made
+        self._failures: dict[str, int] = {}  # queue item -> failed syncs in a row
+        self._retries: set[asyncio.Task[None]] = set()
+        self.created = 0
+        self.deleted = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self.claims.run(), name="resourceclaim-claims"),
+            asyncio.create_task(self.templates.run(), name="resourceclaim-templates"),
+            asyncio.create_task(self._pods_when_needed(), name="resourceclaim-pods"),
+            asyncio.create_task(self._worker(), name="resourceclaim-worker"),
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            tasks.extend(self._retries)
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+    async def _pods_when_needed(self) -> None:
+        await self._pods_wanted.wait()
+        await self.pods.run()
+
+    # ------------------------------------------------------------------ events
+
+    def _want_pods(self) -> None:
+        self._pods_wanted.set()
+
+    def _on_template(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._want_pods()
+        if kind == "ADDED" and self.pods.synced.is_set():
+            namespace = obj["metadata"].get("namespace")
+            for key, pod in self.pods.items.items():
+                if pod["metadata"].get("namespace") == namespace:
+                    self._enqueue("pod", key)
+
+    def _on_claim(self, kind: str, claim: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._want_pods()
+        key = object_key(claim)
+        before = self._pod_uids(old) if old is not None else set()
+        after = self._pod_uids(claim) if kind != "DELETED" else set()
+        for uid in before - after:
+            keys = self._by_pod_uid.get(uid, set())
+            keys.discard(key)
+            if not keys:
+                self._by_pod_uid.pop(uid, None)
+        for uid in after:
+            self._by_pod_uid.setdefault(uid, set()).add(key)
+        if kind != "DELETED":
+            self._enqueue("claim", key)
+
+    @staticmethod
+    def _pod_uids(claim: Mapping[str, Any]) -> set[str]:
+        uids = {
+            str(r.get("uid"))
+            for r in (claim.get("status") or {}).get("reservedFor") or []
+            if r.get("resource") == "pods" and not r.get("apiGroup")
+        }
+        _, owner = _owning_pod(claim)
+        if owner:
+            uids.add(owner)
+        return uids
+
+    def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        key = object_key(pod)
+        if kind != "DELETED":
+            self._enqueue("pod", key)
+        else:
+            uid = pod["metadata"].get("uid", "")
+            for made in [k for k in self._created if k[0] == uid]:
+                del self._created[made]
+        for claim in self._by_pod_uid.get(pod["metadata"].get("uid", ""), set()).copy():
+            self._enqueue("claim", claim)
+
+    def _enqueue(self, kind: str, key: str) -> None:
+        item = f"{kind}:{key}"
+        if item not in self._queued:
+            self._queued.add(item)
+            self._queue.put_nowait(item)
+
+    async def _worker(self) -> None:
+        while True:
+            item = await self._queue.get()
+            self._queued.discard(item)
+            kind, _, key = item.partition(":")
+            try:
+                if kind == "pod":
+                    await self._sync_pod(key)
+                else:
+                    await self._sync_claim(key)
+                self._failures.pop(item, None)
+            except APIError as exc:
+                # Requeue later with exponential backoff (client-go's rate-limited queue),
+                # without holding up the other items.
+                failures = self._failures.get(item, 0)
+                self._failures[item] = failures + 1
+                delay = min(_RETRY_INITIAL * 2**failures, _RETRY_MAX)
+                log.info("resourceclaim controller: %s: %s; retrying in %.1fs", item, exc, delay)
+                task = asyncio.create_task(
+                    self._retry(kind, key, delay), name="resourceclaim-retry"
+                )
+                self._retries.add(task)
+                task.add_done_callback(self._retries.discard)
+
+    async def _retry(self, kind: str, key: str, delay: float) -> None:
+        await self.clock.sleep(delay)
+        self._enqueue(kind, key)
+
+    # ------------------------------------------------------------------ pods
+
+    async def _sync_pod(self, key: str) -> None:
+        pod = self.pods.items.get(key)
+        if pod is None:
+            return
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        if meta.get("deletionTimestamp") or is_pod_done(pod):
+            return
+        entries = [
+            c for c in spec.get("resourceClaims") or [] if c.get("resourceClaimTemplateName")
+        ]
+        if not entries:
+            return
+        namespace = meta.get("namespace", "")
+        recorded = {
+            s.get("name"): s.get("resourceClaimName")
+            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        }
+        statuses: list[dict[str, Any]] = []
+        for entry in entries:
+            name = entry["name"]
+            claim_name = (
+                recorded.get(name)
+                or self._created.get((meta["uid"], name))
+                or self._find_claim(namespace, meta["uid"], name)
+            )
+            if claim_name is None:
+                claim_name = await self._create_claim(pod, entry)
+            if recorded.get(name) != claim_name:
+                statuses.append({"name": name, "resourceClaimName": claim_name})
+        if statuses:
+            await self.kube.patch(
+                resource_path("", "v1", "pods", namespace, meta["name"], "status"),
+                {"status": {"resourceClaimStatuses": statuses}},
+                "application/strategic-merge-patch+json",
+            )
+
+    def _find_claim(self, namespace: str, pod_uid: str, entry: str) -> str | None:
+        for key in self._by_pod_uid.get(pod_uid, set()):
+            claim = self.claims.items.get(key)
+            if claim is None or claim["metadata"].get("namespace") != namespace:
+                continue
+            annotations = claim["metadata"].get("annotations") or {}
+            if (
+                _owning_pod(claim)[1] == pod_uid
+                and annotations.get(POD_CLAIM_NAME_ANNOTATION) == entry
+            ):
+                return str(claim["metadata"]["name"])
+        return None
+
+    async def _create_claim(self, pod: Mapping[str, Any], entry: Mapping[str, Any]) -> str:
+        meta = pod["metadata"]
+        namespace = meta.get("namespace", "")
+        template = await self.kube.get(
+            resource_path(
+                GROUP, "v1", "resourceclaimtemplates", namespace, entry["resourceClaimTemplateName"]
+            )
+        )  # APINotFound: retried, and the template's creation syncs the pod again
+        tspec = template.get("spec") or {}
+        tmeta = tspec.get("metadata") or {}
+        annotations = {**(tmeta.get("annotations") or {}), POD_CLAIM_NAME_ANNOTATION: entry["name"]}
+        claim_meta: dict[str, Any] = {
+            "generateName": generate_name(meta["name"], entry["name"]),
+            "namespace": namespace,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        }
+        if tmeta.get("labels"):
+            claim_meta["labels"] = dict(tmeta["labels"])
+        body = {
+            "apiVersion": f"{GROUP}/v1",
+            "kind": "ResourceClaim",
+            "metadata": claim_meta,
+            "spec": tspec.get("spec") or {},
+        }
+        created = await self.kube.create(
+            resource_path(GROUP, "v1", "resourceclaims", namespace), body
+        )
+        self.created += 1
+        # Remember it at once: the watch event may come after the pod's next sync.
+        self._created[(meta["uid"], entry["name"])] = str(created["metadata"]["name"])
+        return str(created["metadata"]["name"])
+
+    # ------------------------------------------------------------------ claims
+
+    def _pod_valid(self, namespace: str, name: str, uid: str) -> bool:
+        pod = self.pods.items.get(f"{namespace}/{name}")
+        return pod is not None and pod["metadata"].get("uid") == uid and not is_pod_done(pod)
+
+    async def _sync_claim(self, key: str) -> None:
+        claim = self.claims.items.get(key)
+        if claim is None or not self.pods.synced.is_set():
+            if claim is not None:
+                await self.pods.synced.wait()
+                self._enqueue("claim", key)
+            return
+        meta = claim["metadata"]
+        namespace, name = meta.get("namespace", ""), meta["name"]
+        path = resource_path(GROUP, "v1", "resourceclaims", namespace, name)
+        status = claim.get("status") or {}
+        reserved = status.get("reservedFor") or []
+        valid = [
+            r
+            for r in reserved
+            if r.get("resource") != "pods"
+            or r.get("apiGroup")
+            or self._pod_valid(namespace, str(r.get("name")), str(r.get("uid")))
+        ]
+        finalizers = meta.get("finalizers") or []
+        if len(valid) < len(reserved):
+            body = dict(claim)
+            body["status"] = {**status, "reservedFor": valid}
+            if not valid:
+                del body["status"]["reservedFor"]
+                if DELETE_PROTECTION_FINALIZER in finalizers:
+                    body["status"].pop("allocation", None)
+                    body["status"].pop("devices", None)
+            try:
+                claim = await self.kube.replace(f"{path}/status", body)
+            except APIConflict:
+                return  # a newer version is on its way through the watch
+            status = claim.get("status") or {}
+        if (
+            not valid
+            and status.get("allocation") is None
+            and DELETE_PROTECTION_FINALIZER in finalizers
+        ):
+            body = dict(claim)
+            body["metadata"] = {
+                **claim["metadata"],
+                "finalizers": [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER],
+            }
+            with contextlib.suppress(APIConflict, APINotFound):
+                claim = await self.kube.replace(path, body)
+        if not valid and not claim["metadata"].get("deletionTimestamp"):
+            pod_name, pod_uid = _owning_pod(claim)
+            pod = self.pods.items.get(f"{namespace}/{pod_name}") if pod_name else None
+            if pod is not None and pod["metadata"].get("uid") == pod_uid and is_pod_done(pod):
+                with contextlib.suppress(APINotFound, APIConflict):
+                    await self.kube.delete(
+                        path, {"preconditions": {"uid": claim["metadata"]["uid"]}}
+                    )
+                    self.deleted += 1
