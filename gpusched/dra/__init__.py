@@ -1,0 +1,1 @@
+"""DRA allocation library: CEL device selectors and structured allocation (issue 13)."""
