@@ -27,7 +27,8 @@ literal list's length, else 32: upstream's maximum attributes per device, which 
 map a device offers). Expressions estimated above upstream's 1,000,000 are refused before they
 run. Device data is bounded (attributes are scalars, strings at most 64 characters), so the
 estimate bounds the work. Unlike cel-go there is no type checker: a type error shows at
-evaluation, on the device that triggers it.
+evaluation, on the device that triggers it; ``==`` across types (``dyn(1) == "a"``) is an
+error here where cel-go's heterogeneous equality says false; ``cel.bind`` is missing.
 
 Costs: compiling is O(expression length), cached per expression (:func:`compile_selector`,
 LRU of 4096); evaluating is O(estimated cost) plus building the device's activation, which
@@ -168,7 +169,7 @@ _FUNCTIONS: Final[dict[str, Any]] = {
 }
 
 
-class _DomainMap(celtypes.MapType):  # type: ignore[misc]
+class _DomainMap(celtypes.MapType):
     """``device.attributes`` / ``device.capacity``: an unknown domain is an empty map."""
 
     def __getitem__(self, key: Any) -> Any:
@@ -216,9 +217,7 @@ def device_activation(driver: str, device: Mapping[str, Any]) -> dict[str, Any] 
             quantity = Quantity(parse_quantity(str(value.get("value", ""))))
         except ValueError as exc:
             return f"capacity {name}: {exc}"
-        capacity.setdefault(celtypes.StringType(domain), {})[celtypes.StringType(ident)] = (
-            quantity
-        )
+        capacity.setdefault(celtypes.StringType(domain), {})[celtypes.StringType(ident)] = quantity
     return {
         "device": celtypes.MapType(
             {
