@@ -25,11 +25,12 @@ each claim's ``status.allocation`` out, or why not. No I/O, no asyncio, never aw
   ``GPUNodeInventory``. Without an inventory all sets rank equal (first in device order).
 
 **Search and cost.** Depth-first over the requests of all claims, backtracking, as upstream.
-Per request, the candidate sets of ``count`` among ``m`` matching free devices: all
-``C(m, count)``, ranked, while at most ``max_candidates``; past that the greedy topology set
-then the first ``max_candidates`` in device order (so a satisfying set may be missed there).
-Each request therefore tries at most ``max_candidates`` sets, and the whole search at most
-``max_steps`` sets (then it stops with a reason): O(min(max_steps, Π candidates) x count²)
+Per request, the candidate sets of ``count`` among ``m`` matching free devices: without
+topology, in device order, lazily; with it, all ``C(m, count)`` ranked (memoised per free
+set) while at most ``max_candidates``, past that the greedy topology set then the first
+``max_candidates`` in device order (so a satisfying set may be missed there). Each request
+with topology tries at most ``max_candidates`` sets; the whole search at most ``max_steps``
+sets (then it stops with a reason): O(min(max_steps, Π candidates) x count²)
 after O(devices x selectors) CEL evaluations, each cached per device and expression.
 """
 
@@ -134,10 +135,13 @@ class _Search:
     scores: list[list[int]]
     max_candidates: int
     max_steps: int
+    flat: bool
+    """No pair scores at all (no inventory, or no device mapped to a GPU)."""
     steps: int = 0
     used: set[int] = field(default_factory=set)
     matches: dict[tuple[str, int], bool] = field(default_factory=dict)
     selections: dict[int, list[_Device]] = field(default_factory=dict)
+    memo: dict[tuple[tuple[int, ...], int], list[tuple[int, ...]]] = field(default_factory=dict)
 
     def selected(self, alt: _Alternative) -> list[_Device]:
         """The devices every selector of ``alt`` accepts (cached per alternative)."""
@@ -176,18 +180,40 @@ class _Search:
         return (links, score, -cut)
 
     def candidates(self, free: list[int], count: int) -> Iterator[tuple[int, ...]]:
+        """The sets of ``count`` of ``free`` to try, best first (module docstring)."""
         if count > len(free):
             return
-        if math.comb(len(free), count) <= self.max_candidates:
-            combos = list(itertools.combinations(free, count))
-            combos.sort(key=lambda ids: self.rank(ids, free), reverse=True)  # stable: order
-            yield from combos
-            return
-        first = greedy_gpu_set(self.scores, free, count)[0]
-        yield first
-        for ids in itertools.islice(itertools.combinations(free, count), self.max_candidates):
-            if ids != first:
-                yield ids
+        if self.flat:  # no topology: every set ranks equal, device order, lazily
+            yield from itertools.combinations(free, count)
+        elif math.comb(len(free), count) <= self.max_candidates:
+            yield from self._ranked(free, count)
+        else:
+            first = greedy_gpu_set(self.scores, free, count)[0]
+            yield first
+            combos = itertools.combinations(free, count)
+            for ids in itertools.islice(combos, self.max_candidates - 1):
+                if ids != first:
+                    yield ids
+
+    def _ranked(self, free: list[int], count: int) -> list[tuple[int, ...]]:
+        """Every set of ``count`` of ``free``, best first, ties in device order; memoised by
+        ``(free, count)``. O(C(free, count) x count²) uncached."""
+        key = (tuple(free), count)
+        found = self.memo.get(key)
+        if found is None:
+            scores = self.scores
+            degree = {g: sum(scores[g][h] for h in free if h != g) for g in free}
+
+            def order(ids: tuple[int, ...]) -> tuple[int, int, int]:
+                score = links = 0
+                for a, b in itertools.combinations(ids, 2):
+                    score += scores[a][b]
+                    links += link_score_of(scores[a][b])
+                return (links, score, 2 * score - sum(degree[g] for g in ids))  # -cut
+
+            found = sorted(itertools.combinations(free, count), key=order, reverse=True)
+            self.memo[key] = found
+        return found
 
 
 def _taken_of(allocated: Allocated) -> Callable[[DeviceID], bool]:
@@ -352,10 +378,12 @@ def allocate(
         devices = _pool_devices(slices, node_name, inventory)
     except _Failure as exc:
         return Unallocatable(str(exc), error=True)
+    scores = _score_matrix(devices, inventory)
     search = _Search(
         devices=devices,
         taken=_taken_of(allocated),
-        scores=_score_matrix(devices, inventory),
+        scores=scores,
+        flat=not any(any(row) for row in scores),
         max_candidates=max(1, max_candidates),
         max_steps=max_steps,
     )
@@ -371,6 +399,9 @@ def allocate(
     ]
     chosen: list[tuple[_Request, _Alternative, tuple[int, ...]]] = []
     try:
+        short = _hopeless(search, requests)
+        if short is not None:
+            return Unallocatable(short)
         done = _place(search, requests, 0, constraints, chosen)
     except _Failure as exc:
         return Unallocatable(str(exc), error=True)
@@ -383,6 +414,18 @@ def allocate(
             _result(claim, i, chosen, devices, classes, node_name) for i, claim in enumerate(claims)
         )
     )
+
+
+def _hopeless(search: _Search, requests: list[_Request]) -> str | None:
+    """A request that no alternative can meet even alone (too few matching devices, free
+    or not): the reason, before the search wastes its budget. O(requests x devices)."""
+    for request in requests:
+        if not any(
+            len(search.selected(alt)) >= (1 if alt.all_mode else alt.count)
+            for alt in request.alternatives
+        ):
+            return f"cannot allocate all claims: too few devices match request {request.name}"
+    return None
 
 
 def _applies(constraint: _Constraint, request: _Request, alt: _Alternative) -> bool:

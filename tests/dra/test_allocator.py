@@ -172,7 +172,7 @@ CASES = [
         EIGHT[:4],
         [[("r", "gpu-0"), ("r", "gpu-1"), ("r", "gpu-2")]],
     ),
-    Case("too few", [claim(exactly("r", 3))], EIGHT[:2], None, reason="not enough"),
+    Case("too few", [claim(exactly("r", 3))], EIGHT[:2], None, reason="too few devices match"),
     Case(
         "excluded devices skipped",
         [claim(exactly("r", 2))],
@@ -515,11 +515,11 @@ def test_pools(slices: list[dict[str, Any]], want: str | None) -> None:
 
 
 def test_search_is_bounded() -> None:
-    # 24 devices, 12 requests of 1 that all share productName with a 13th that cannot:
-    # the search gives up after max_steps instead of exploring every combination.
+    # 13 requests of 1 over the same 12 devices (pigeonhole): a plain depth-first search
+    # tries every placement of the first 12 before the 13th fails; max_steps stops it.
     devices = [gpu(i) for i in range(24)]
-    requests = [exactly(f"r{i}") for i in range(12)]
-    requests.append(exactly("x", 1, "gpu.nvidia.com", f"{PROD} == 'none'"))
+    low = "device.attributes['gpu.nvidia.com'].index < 12"
+    requests = [exactly(f"r{i}", 1, "gpu.nvidia.com", low) for i in range(13)]
     found = allocate(
         [claim(*requests)],
         node_name=NODE,
@@ -527,8 +527,20 @@ def test_search_is_bounded() -> None:
         classes=CLASSES,
         max_steps=1000,
     )
-    assert isinstance(found, Unallocatable)
-    assert found.reason == "gave up after trying 1000 device sets"
+    assert found == Unallocatable("gave up after trying 1000 device sets")
+
+
+def test_hopeless_request_fails_before_searching() -> None:
+    requests = [exactly(f"r{i}") for i in range(12)]
+    requests.append(exactly("x", 1, "gpu.nvidia.com", f"{PROD} == 'none'"))
+    found = allocate(
+        [claim(*requests)],
+        node_name=NODE,
+        slices=[slice_of([gpu(i) for i in range(24)])],
+        classes=CLASSES,
+        max_steps=1,
+    )
+    assert found == Unallocatable("cannot allocate all claims: too few devices match request x")
 
 
 PRODUCTS = ["A100", "H100"]
