@@ -596,7 +596,7 @@ def test_property(
     for r in results:
         assert (DRIVER, NODE, r["device"]) not in held
         index = int(r["request"][1:])
-        assert [x for x in results if x["request"] == r["request"]].__len__() == counts[index]
+        assert sum(x["request"] == r["request"] for x in results) == counts[index]
         activation = device_activation(DRIVER, by_name[r["device"]])
         assert isinstance(activation, dict)
         for s in [
@@ -606,3 +606,29 @@ def test_property(
             assert compile_selector(s["cel"]["expression"]).matches(activation).matched
     if match:
         assert len({by_name[n]["attributes"]["productName"]["string"] for n in names}) == 1
+
+
+def test_shared_match_cache() -> None:
+    cache: dict[tuple[str, DeviceID, str], bool] = {}
+    slices = [slice_of(EIGHT[:2])]
+    first = allocate(
+        [claim(exactly("r"))], node_name=NODE, slices=slices, classes=CLASSES, match_cache=cache
+    )
+    assert isinstance(first, Allocation)
+    expression = GPU_CLASS["spec"]["selectors"][0]["cel"]["expression"]
+    key = (expression, (DRIVER, NODE, "gpu-0"), "generation 1")
+    assert cache[key] is True
+    # A cached verdict is used as is: poison it and the device is no longer selected.
+    cache[key] = False
+    again = allocate(
+        [claim(exactly("r"))], node_name=NODE, slices=slices, classes=CLASSES, match_cache=cache
+    )
+    assert isinstance(again, Allocation)
+    assert pairs(again.allocations[0]) == [("r", "gpu-1")]
+    # A new slice version is evaluated afresh.
+    newer = [{**slices[0], "metadata": {"name": "s", "resourceVersion": "7"}}]
+    fresh = allocate(
+        [claim(exactly("r"))], node_name=NODE, slices=newer, classes=CLASSES, match_cache=cache
+    )
+    assert isinstance(fresh, Allocation)
+    assert pairs(fresh.allocations[0]) == [("r", "gpu-0")]
