@@ -52,6 +52,7 @@ from .cel import compile_selector, device_activation
 __all__ = [
     "DEFAULT_MAX_CANDIDATES",
     "DEFAULT_MAX_STEPS",
+    "MAX_RESULTS",
     "Allocated",
     "Allocation",
     "DeviceID",
@@ -69,6 +70,8 @@ MatchCache: TypeAlias = MutableMapping[tuple[str, DeviceID, str], bool]
 :func:`allocate` to share CEL verdicts across nodes, claims and cycles (errors are not
 cached; the caller bounds its size)."""
 
+MAX_RESULTS: Final = 32
+"""``resourceapi.AllocationResultsMaxSize``: devices per claim."""
 DEFAULT_MAX_CANDIDATES: Final = 5000
 DEFAULT_MAX_STEPS: Final = 100_000
 
@@ -273,8 +276,13 @@ def _gpu_index(attributes: Mapping[str, Any], inventory: GPUNodeInventory | None
 
 
 def _pool_devices(
-    slices: Sequence[Mapping[str, Any]], node_name: str, inventory: GPUNodeInventory | None
+    slices: Sequence[Mapping[str, Any]],
+    node_name: str,
+    inventory: GPUNodeInventory | None,
+    incomplete: list[str],
 ) -> list[_Device]:
+    """The devices of the complete pools, in pool then slice order; the names of the
+    incomplete pools are appended to ``incomplete``."""
     newest: dict[tuple[str, str], tuple[int, list[Mapping[str, Any]]]] = {}
     for item in slices:
         spec = item.get("spec", {})
@@ -291,7 +299,8 @@ def _pool_devices(
     devices: list[_Device] = []
     for (driver, pool), (_, items) in sorted(newest.items()):
         if len(items) < int(items[0]["spec"]["pool"].get("resourceSliceCount", 1)):
-            continue  # an incomplete pool: upstream does not allocate from it
+            incomplete.append(f"{driver}/{pool}")  # upstream does not allocate from it
+            continue
         for item in items:
             spec = item["spec"]
             for raw in spec.get("devices") or ():
@@ -396,9 +405,16 @@ def allocate(
     """
     try:
         requests = _requests(claims, classes, allow_admin_access)
-        devices = _pool_devices(slices, node_name, inventory)
+        incomplete: list[str] = []
+        devices = _pool_devices(slices, node_name, inventory, incomplete)
     except _Failure as exc:
         return Unallocatable(str(exc), error=True)
+    for request in requests:
+        if incomplete and any(alt.all_mode for alt in request.alternatives):
+            return Unallocatable(
+                f"request {request.name}: asks for all devices, but resource pool "
+                f"{incomplete[0]} is currently being updated"
+            )
     scores = _score_matrix(devices, inventory)
     search = _Search(
         devices=devices,
@@ -483,7 +499,8 @@ def _place(
             search.steps += 1
             if search.steps > search.max_steps:
                 return False
-            if not _bind(search, ids, applicable):
+            held = sum(len(c[2]) for c in chosen if c[0].claim == request.claim)
+            if held + len(ids) > MAX_RESULTS or not _bind(search, ids, applicable):
                 continue
             if not alt.admin:
                 search.used.update(ids)
@@ -576,8 +593,18 @@ def _result(
     for class_name, names in by_class.items():
         for entry in classes[class_name].get("spec", {}).get("config", ()):
             config.append({"source": "FromClass", "requests": names, **entry})
+    picked = {alt.name for request, alt, _ in chosen if request.claim == index}
+    picked |= {request.name for request, _, _ in chosen if request.claim == index}
     for entry in claim.get("spec", {}).get("devices", {}).get("config", ()):
-        config.append({"source": "FromClaim", **entry})
+        # As upstream: a claim's config applies when it names no request or a request (or
+        # the subrequest that was picked) of this allocation.
+        named = entry.get("requests") or []
+        if not named or picked.intersection(named):
+            config.append({"source": "FromClaim", **entry})
+    count = len(claim.get("spec", {}).get("devices", {}).get("requests", ()))
+    for entry in config:
+        if len(entry.get("requests") or ()) == count:
+            entry.pop("requests")  # names every request: empty means all
     devices_out: dict[str, Any] = {"results": results}
     if config:
         devices_out["config"] = config

@@ -412,33 +412,45 @@ def test_allocate(case: Case) -> None:
 
 
 def test_result_shape() -> None:
+    # Two requests, the second a firstAvailable that falls back to "b/any": the class's
+    # config names both requests (so its list is dropped: empty means all), the claim's
+    # config for "b/h100" (not picked) is left out, the one for "b/any" kept.
+    opaque = {"driver": DRIVER, "parameters": {}}
     found = allocate(
         [
             claim(
-                exactly("r"),
-                config=[{"requests": ["r"], "opaque": {"driver": DRIVER, "parameters": {}}}],
+                exactly("a"),
+                first_available(
+                    "b",
+                    ("h100", 1, "gpu.nvidia.com", f"{PROD} == 'H100'"),
+                    ("any", 1, "gpu.nvidia.com", "true"),
+                ),
+                config=[
+                    {"requests": ["b/h100"], "opaque": opaque},
+                    {"requests": ["b/any"], "opaque": opaque},
+                    {"opaque": opaque},
+                ],
             )
         ],
         node_name=NODE,
-        slices=[slice_of(EIGHT[:1])],
+        slices=[slice_of(EIGHT[:2])],
         classes=CLASSES,
     )
     assert isinstance(found, Allocation)
     assert found.allocations == (
         {
             "devices": {
-                "results": [{"request": "r", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}],
+                "results": [
+                    {"request": "a", "driver": DRIVER, "pool": NODE, "device": "gpu-0"},
+                    {"request": "b/any", "driver": DRIVER, "pool": NODE, "device": "gpu-1"},
+                ],
                 "config": [
                     {
                         "source": "FromClass",
-                        "requests": ["r"],
                         "opaque": {"driver": DRIVER, "parameters": {"sharing": "none"}},
                     },
-                    {
-                        "source": "FromClaim",
-                        "requests": ["r"],
-                        "opaque": {"driver": DRIVER, "parameters": {}},
-                    },
+                    {"source": "FromClaim", "requests": ["b/any"], "opaque": opaque},
+                    {"source": "FromClaim", "opaque": opaque},
                 ],
             },
             "nodeSelector": {
@@ -448,6 +460,32 @@ def test_result_shape() -> None:
             },
         },
     )
+
+
+def test_all_with_an_incomplete_pool_waits() -> None:
+    incomplete = slice_of(EIGHT[:1], pool="other")
+    incomplete["spec"]["pool"]["resourceSliceCount"] = 2
+    found = allocate(
+        [claim(exactly("r", mode="All"))],
+        node_name=NODE,
+        slices=[slice_of(EIGHT[1:2]), incomplete],
+        classes=CLASSES,
+    )
+    assert found == Unallocatable(
+        "request r: asks for all devices, but resource pool gpu.nvidia.com/other is "
+        "currently being updated"
+    )
+
+
+def test_at_most_32_devices_per_claim() -> None:
+    many = [slice_of([gpu(i) for i in range(33)])]
+    too_many = allocate(
+        [claim(exactly("r", mode="All"))], node_name=NODE, slices=many, classes=CLASSES
+    )
+    assert isinstance(too_many, Unallocatable)
+    just = allocate([claim(exactly("r", 32))], node_name=NODE, slices=many, classes=CLASSES)
+    assert isinstance(just, Allocation)
+    assert len(just.allocations[0]["devices"]["results"]) == 32
 
 
 def test_ledger_predicate_and_admin_flag() -> None:
