@@ -7,7 +7,8 @@ each claim's ``status.allocation`` out, or why not. No I/O, no asyncio, never aw
 
 - **Devices**: those of the slices published for the node (``nodeName``) or for all nodes,
   from the newest generation of each pool, and only from complete pools (as many slices as
-  ``resourceSliceCount``). Devices already allocated (``allocated``: a set of
+  ``resourceSliceCount``; an ``All`` request waits while a pool is incomplete). Devices
+  already allocated (``allocated``: a set of
   ``(driver, pool, device)`` or a predicate, the seam for gpusched's ledger of devices held
   by non-DRA pods) are skipped, except by an admin-access request.
 - **Requests**: ``exactly`` (``ExactCount`` with ``count``, default 1, or ``All``: every
@@ -17,7 +18,11 @@ each claim's ``status.allocation`` out, or why not. No I/O, no asyncio, never aw
   cannot compile or fails at runtime fails the allocation with its message, as upstream.
   ``adminAccess`` is refused unless ``allow_admin_access`` (upstream: the namespace label).
 - **Constraints**: ``matchAttribute``, over the named requests (or all): every device has the
-  attribute, with one value.
+  attribute, with one value. At most 32 devices per claim.
+- **Result**: per claim, ``devices.results`` (request, driver, pool, device, ``adminAccess``),
+  ``devices.config`` as upstream builds it (the classes' configs, then the claim's that name
+  no request or one that was allocated; a list naming every request is dropped: empty means
+  all), and a ``nodeSelector`` on ``metadata.name`` when a node-local device was used.
 - **Topology**: among the sets that satisfy a request, the best by gpusched's NVLink ranking
   (:mod:`gpusched.topology.selection`: most NVLinks, then PCIe proximity, then least cut from
   the free devices left), with each device mapped to its GPU through its ``index`` (GPUs) or
@@ -253,10 +258,18 @@ def _scalar(value: Mapping[str, Any]) -> Any:
     return None
 
 
-def _gpu_index(attributes: Mapping[str, Any], inventory: GPUNodeInventory | None) -> int | None:
-    """The GPU a device is or lives on (module docstring, "Topology")."""
-    if inventory is None:
-        return None
+def _uuids(inventory: GPUNodeInventory) -> dict[str, int]:
+    """GPU and MIG UUIDs -> GPU index."""
+    by_uuid = {gpu.uuid: gpu.index for gpu in inventory.gpus}
+    by_uuid.update({mig.uuid: gpu.index for gpu in inventory.gpus for mig in gpu.mig_devices})
+    return by_uuid
+
+
+def _gpu_index(
+    attributes: Mapping[str, Any], gpu_count: int, by_uuid: Mapping[str, int]
+) -> int | None:
+    """The GPU a device is or lives on (module docstring, "Topology"); ``by_uuid`` from
+    :func:`_uuids`."""
 
     def attr(name: str) -> Any:
         for qualified, value in attributes.items():
@@ -264,13 +277,11 @@ def _gpu_index(attributes: Mapping[str, Any], inventory: GPUNodeInventory | None
                 return value[1] if value is not None else None
         return None
 
-    by_uuid = {gpu.uuid: gpu.index for gpu in inventory.gpus}
-    by_uuid.update({mig.uuid: gpu.index for gpu in inventory.gpus for mig in gpu.mig_devices})
     if attr("type") == "mig":
         index, uuid = attr("parentIndex"), attr("parentUUID") or attr("uuid")
     else:
         index, uuid = attr("index"), attr("uuid")
-    if isinstance(index, int) and 0 <= index < len(inventory.gpus):
+    if isinstance(index, int) and 0 <= index < gpu_count:
         return index
     return by_uuid.get(uuid) if isinstance(uuid, str) else None
 
@@ -297,6 +308,7 @@ def _pool_devices(
         elif generation == seen[0]:
             seen[1].append(item)
     devices: list[_Device] = []
+    by_uuid = {} if inventory is None else _uuids(inventory)
     for (driver, pool), (_, items) in sorted(newest.items()):
         if len(items) < int(items[0]["spec"]["pool"].get("resourceSliceCount", 1)):
             incomplete.append(f"{driver}/{pool}")  # upstream does not allocate from it
@@ -320,7 +332,9 @@ def _pool_devices(
                         ),
                         attributes=attributes,
                         node_local=spec.get("nodeName") == node_name,
-                        gpu=_gpu_index(attributes, inventory),
+                        gpu=None
+                        if inventory is None
+                        else _gpu_index(attributes, len(inventory.gpus), by_uuid),
                     )
                 )
     return devices

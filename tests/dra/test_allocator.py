@@ -670,3 +670,24 @@ def test_shared_match_cache() -> None:
     )
     assert isinstance(fresh, Allocation)
     assert pairs(fresh.allocations[0]) == [("r", "gpu-0")]
+
+
+@pytest.mark.parametrize("by", ["parentIndex", "parentUUID"])
+def test_mig_devices_map_to_their_gpu(by: str) -> None:
+    # MIG devices on GPUs 0, 5 and 3 of a DGX-1V: 0-3 have two NVLinks, 0-5 none.
+    inventory = _inventory("dgx-v100")
+    devices = [mig(0, 0), mig(5, 0), mig(3, 0)]
+    for device in devices:
+        parent = device["attributes"]["parentIndex"]["int"]
+        if by == "parentUUID":
+            del device["attributes"]["parentIndex"]
+            device["attributes"]["parentUUID"] = {"string": inventory.gpus[parent].uuid}
+    request = [claim(exactly("m", 2, "mig.nvidia.com"))]
+    flat = allocate(request, node_name=NODE, slices=[slice_of(devices)], classes=CLASSES)
+    best = allocate(
+        request, node_name=NODE, slices=[slice_of(devices)], classes=CLASSES, inventory=inventory
+    )
+    assert isinstance(flat, Allocation)
+    assert isinstance(best, Allocation)
+    assert pairs(flat.allocations[0]) == [("m", "gpu-0-mig-0"), ("m", "gpu-5-mig-0")]
+    assert pairs(best.allocations[0]) == [("m", "gpu-0-mig-0"), ("m", "gpu-3-mig-0")]

@@ -124,3 +124,13 @@ def test_v1beta1_basic_is_unwrapped() -> None:
     activation = device_activation(DRIVER, {"name": "d", "basic": H100})
     assert isinstance(activation, dict)
     assert compile_selector(f"{D}.index == 0").matches(activation).matched
+
+
+def test_package_exports() -> None:
+    import gpusched.dra as dra
+    from gpusched.dra import allocator, cel
+
+    for module in (dra, allocator, cel):
+        assert sorted(module.__all__) == sorted(set(module.__all__))
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
