@@ -5,12 +5,12 @@ The pure core the DynamicResources plugin will call from Filter, modelled on ups
 ``resource.k8s.io/v1`` objects in (the node's ResourceSlices, the DeviceClasses, the claims),
 each claim's ``status.allocation`` out, or why not. No I/O, no asyncio, never awaits.
 
-- **Devices**: those of the slices published for the node (``nodeName``) or for all nodes,
-  from the newest generation of each pool, and only from complete pools (as many slices as
-  ``resourceSliceCount``; an ``All`` request waits while a pool is incomplete). Devices
-  already allocated (``allocated``: a set of
-  ``(driver, pool, device)`` or a predicate, the seam for gpusched's ledger of devices held
-  by non-DRA pods) are skipped, except by an admin-access request.
+- **Devices**: those of the slices published for the node (``nodeName``) or for all nodes
+  (``allNodes``; slices with a ``nodeSelector`` are not read yet), from the newest generation
+  of each pool, and only from complete pools (as many slices as ``resourceSliceCount``; an
+  ``All`` request waits while a pool is incomplete). Devices already allocated
+  (``allocated``: a set of ``(driver, pool, device)`` or a predicate, the seam for
+  gpusched's ledger of devices held by non-DRA pods) are skipped, except by admin access.
 - **Requests**: ``exactly`` (``ExactCount`` with ``count``, default 1, or ``All``: every
   matching device, all of them free, at least one) or ``firstAvailable`` (the first
   subrequest that can be satisfied, result request ``"req/sub"``). A device matches when
@@ -28,6 +28,8 @@ each claim's ``status.allocation`` out, or why not. No I/O, no asyncio, never aw
   the free devices left), with each device mapped to its GPU through its ``index`` (GPUs) or
   ``parentIndex`` / ``parentUUID`` (MIG devices) or ``uuid`` attribute and the node's
   ``GPUNodeInventory``. Without an inventory all sets rank equal (first in device order).
+  The preference is per request, in request order: an earlier request's best set is not
+  traded for a later one's.
 
 **Search and cost.** Depth-first over the requests of all claims, backtracking, as upstream.
 Per request, the candidate sets of ``count`` among ``m`` matching free devices: without
@@ -35,9 +37,9 @@ topology, in device order, lazily; with it, all ``C(m, count)`` ranked (memoised
 set) while at most ``max_candidates``, past that the greedy topology set then the first
 ``max_candidates`` in device order (so a satisfying set may be missed there). Each request
 with topology tries at most ``max_candidates`` sets; the whole search at most ``max_steps``
-sets (then it stops with a reason): O(min(max_steps, Π candidates) x count²)
-after at most O(devices x selectors) CEL evaluations (about 0.5 ms each on cel-python),
-each once per call, or once per device version with a shared ``match_cache``.
+(then it stops with a reason): O(min(max_steps, Π candidates) x count²), after at most
+O(devices x selectors) CEL evaluations (about 0.5 ms each on cel-python), each once per
+call, or once per device version with a shared ``match_cache``.
 """
 
 from __future__ import annotations
