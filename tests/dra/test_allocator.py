@@ -14,6 +14,7 @@ from gpusched.dra.allocator import Allocation, DeviceID, Unallocatable, allocate
 from gpusched.dra.cel import compile_selector, device_activation
 from gpusched.inventory import GPUNodeInventory
 from gpusched.sim.fleet import build_fleet, load_cluster_spec
+from gpusched.topology import GPUTopology
 
 DRIVER = "gpu.nvidia.com"
 NODE = "node-a"
@@ -691,3 +692,28 @@ def test_mig_devices_map_to_their_gpu(by: str) -> None:
     assert isinstance(best, Allocation)
     assert pairs(flat.allocations[0]) == [("m", "gpu-0-mig-0"), ("m", "gpu-5-mig-0")]
     assert pairs(best.allocations[0]) == [("m", "gpu-0-mig-0"), ("m", "gpu-3-mig-0")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(taken_mask=st.integers(0, 255), count=st.integers(1, 5))
+def test_topology_agrees_with_gpu_fit_selection(taken_mask: int, count: int) -> None:
+    # One request of `count` whole GPUs on a DGX-1V: the same set GPUFit's selection picks.
+    inventory = _inventory("dgx-v100")
+    topology = GPUTopology.build(len(inventory.gpus), inventory.links, 10_000)
+    free = [i for i in range(8) if not taken_mask >> i & 1]
+    found = allocate(
+        [claim(exactly("r", count))],
+        node_name=NODE,
+        slices=[slice_of(EIGHT)],
+        classes=CLASSES,
+        allocated=taken(*(i for i in range(8) if taken_mask >> i & 1)),
+        inventory=inventory,
+    )
+    if count > len(free):
+        assert isinstance(found, Unallocatable)
+        return
+    assert isinstance(found, Allocation)
+    chosen = [
+        int(r["device"].removeprefix("gpu-")) for r in found.allocations[0]["devices"]["results"]
+    ]
+    assert tuple(chosen) == topology.choose(free, count)[0]
