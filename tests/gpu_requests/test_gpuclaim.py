@@ -56,6 +56,15 @@ SPECS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def no_other_sources() -> Iterator[None]:
+    """Schedulers of earlier tests may still be registered (until collected): set them aside."""
+    saved = list(gpuclaim._SOURCES)
+    gpuclaim._SOURCES.clear()
+    yield
+    gpuclaim._SOURCES.update(saved)
+
+
 @pytest.fixture
 def claims() -> Iterator[Claims]:
     source = Claims(SPECS)

@@ -1,0 +1,317 @@
+"""GpuClaimManager: which pod holds each GpuClaim, and the status that says what it got.
+
+A claim is held by one pod at a time (``ReadWriteOncePod``-style, docs/gpuclaim.md): a second
+pod that names it waits, and is retried when the holder goes. The manager knows:
+
+- the claims, from the informer (:meth:`on_claim`); it is the
+  :class:`~gpusched.gpu_requests.gpuclaim.ClaimSpecs` the reader asks for a claim's spec;
+- the holders: pods reserved in this scheduler (:meth:`reserve`, until bound or unreserved)
+  and bound pods as the pod informer shows them (``spec.nodeName`` and the
+  ``gpusched.io/gpu-ids``/``gpu-uuids`` annotations), so a restarted scheduler or another
+  replica derives the same holders from the API alone;
+- the pods waiting for a claim (missing, or held by another pod): :meth:`on_claim` and
+  :meth:`on_pod` return the uids to re-queue when that changes.
+
+The status (:meth:`desired_status`) is a function of the holders: ``Allocated`` with the
+holder's node, devices (index and UUID), ``bandwidthGBps`` (the slowest pair among them, from
+the node's inventory: :func:`slowest_link`) and ``pods``; ``Released`` once the last holder
+went (only for a claim that was allocated); nothing is written for a claim never held.
+:meth:`flush` merge-patches ``status`` of the claims whose desired status differs from what the
+informer last showed; one write per change (a bound pod costs one write, its deletion one).
+
+All methods but :meth:`flush` are synchronous and O(1) per call (a status is O(GPUs²) for the
+bandwidth); they run on the event loop between scheduling cycles, so no lock is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpusched.annotations import AnnotationError, parse_assignment
+from gpusched.cache import TERMINAL_PHASES
+from gpusched.gpu_requests import gpuclaim
+from gpusched.inventory import GPUNodeInventory
+from gpusched.kube.client import Kube, resource_path
+from gpusched.kube.errors import APIError, APINotFound
+from gpusched.topology import pair_gbps
+
+__all__ = ["GpuClaimManager", "Holder", "Key", "slowest_link"]
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+"""``(namespace, name)`` of a claim."""
+
+ALLOCATED: Final = "Allocated"
+RELEASED: Final = "Released"
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A pod holding a claim: reserved here (no node yet known to the API) or bound."""
+
+    uid: str
+    name: str
+    node: str | None = None
+    devices: tuple[tuple[int, str], ...] = ()
+    """``(index, uuid)`` of each device, in the pod's annotation order (uuid may be empty)."""
+
+
+def slowest_link(inventory: GPUNodeInventory, ids: Iterable[int]) -> float | None:
+    """GB/s of the slowest pair among GPUs ``ids`` on the node (both directions, as NVIDIA
+    quotes NVLink: :func:`~gpusched.topology.pair_gbps` of the pair's NVLinks and products; a
+    pair without NVLink moves PCIe's); ``None`` for fewer than two GPUs or an index the
+    inventory lacks. O(k²)."""
+    gpus = sorted(set(ids))
+    count = len(inventory.gpus)
+    if len(gpus) < 2 or gpus[-1] >= count:
+        return None
+    nvlinks = {(k.a, k.b): k.nvlinks for k in inventory.links}
+    products = [g.product for g in inventory.gpus]
+    return min(
+        pair_gbps(nvlinks.get((a, b), 0), products[a], products[b])
+        for a, b in itertools.combinations(gpus, 2)
+    )
+
+
+def _key(pod: Mapping[str, Any]) -> Key | None:
+    name = gpuclaim.claim_name(pod)
+    if not name:
+        return None
+    return str(pod["metadata"].get("namespace") or "default"), name
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str(pod["metadata"].get("uid") or "")
+
+
+class GpuClaimManager:
+    """Claims, their holders and their status (module docstring)."""
+
+    def __init__(self, inventory_of: Callable[[str], GPUNodeInventory | None]) -> None:
+        """``inventory_of(node)``: the node's inventory, for the bandwidth (None: unknown)."""
+        self._inventory_of = inventory_of
+        self._claims: dict[Key, dict[str, Any]] = {}
+        self._holders: dict[Key, dict[str, Holder]] = {}
+        self._held: dict[str, Key] = {}
+        """Pod uid -> the claim it holds."""
+        self._waiting: dict[Key, set[str]] = {}
+        self._dirty: set[Key] = set()
+        self.changed = asyncio.Event()
+        """Set when a claim's status may need a write (:meth:`flush` clears it)."""
+        self.failed = 0
+        """Writes the last :meth:`flush` could not make (kept marked, retried)."""
+
+    # -- the reader's source -----------------------------------------------------------
+
+    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        obj = self._claims.get((namespace, name))
+        if obj is None:
+            return None
+        spec: Mapping[str, Any] = obj.get("spec") or {}
+        return spec
+
+    # -- informers ---------------------------------------------------------------------
+
+    def on_claim(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> list[str]:
+        """A claim event; returns the pods waiting for it (to re-queue) when it appears or its
+        spec changes."""
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
+        if kind == "DELETED":
+            self._claims.pop(key, None)
+            self._dirty.discard(key)
+            return []
+        prior = self._claims.get(key)
+        self._claims[key] = obj
+        if self._holders.get(key):
+            self._mark(key)  # a status edited by someone else is written back
+        if prior is not None and prior.get("spec") == obj.get("spec"):
+            return []  # a status write: nothing a waiting pod waits for
+        return sorted(self._waiting.pop(key, ()))
+
+    def on_pod(self, kind: str, pod: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[str]:
+        """A pod event; returns the pods to re-queue (those waiting for a claim it released)."""
+        key = _key(pod) or (_key(old) if old is not None else None)
+        uid = _uid(pod)
+        if key is None:
+            return []
+        gone = kind == "DELETED" or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+        if gone:
+            self._waiting.get(key, set()).discard(uid)
+            return self._release(uid)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return []
+        try:
+            assignment = parse_assignment(pod)
+        except AnnotationError:
+            assignment = None
+        devices: tuple[tuple[int, str], ...] = ()
+        if assignment is not None:
+            uuids = assignment.gpu_uuids or ("",) * len(assignment.gpu_ids)
+            devices = tuple(zip(assignment.gpu_ids, uuids, strict=True))
+        self._waiting.get(key, set()).discard(uid)
+        self._hold(key, Holder(uid, str(pod["metadata"].get("name") or ""), node, devices))
+        return []
+
+    # -- the scheduling cycle -------------------------------------------------------------
+
+    def check(self, pod: Mapping[str, Any]) -> str | None:
+        """Why the pod cannot use its claim now (missing, or held by another pod), or None.
+        A pod told why is remembered and re-queued when that changes."""
+        key = _key(pod)
+        if key is None:
+            return None
+        uid = _uid(pod)
+        where = f"{gpuclaim.KIND} {key[0]}/{key[1]}"
+        if key not in self._claims:
+            self._waiting.setdefault(key, set()).add(uid)
+            return (
+                f'{gpuclaim.ANNOTATION}: "{key[1]}" refers to {where}, which does not exist; '
+                f"create it (kubectl get gclaim -n {key[0]}), or fix the name; the pod is "
+                "retried when it appears"
+            )
+        others = [h.name for u, h in self._holders.get(key, {}).items() if u != uid]
+        if others:
+            self._waiting.setdefault(key, set()).add(uid)
+            return (
+                f"{where} is held by pod {', '.join(sorted(others))} (a claim serves one pod at "
+                "a time); the pod is retried when that pod ends, or give it a claim of its own"
+            )
+        return None
+
+    def reserve(self, pod: Mapping[str, Any]) -> None:
+        """The pod was reserved in this cycle: it holds its claim until unreserved or gone."""
+        key = _key(pod)
+        if key is not None and _uid(pod) not in self._held:
+            self._hold(key, Holder(_uid(pod), str(pod["metadata"].get("name") or "")))
+
+    def unreserve(self, pod: Mapping[str, Any]) -> list[str]:
+        """Undo :meth:`reserve`; returns the pods to re-queue. Idempotent."""
+        holder = self._holders.get(self._held.get(_uid(pod), ("", "")), {}).get(_uid(pod))
+        if holder is None or holder.node is not None:
+            return []
+        return self._release(_uid(pod))
+
+    def bound(self, pod: Mapping[str, Any], node: str, devices: Iterable[tuple[int, str]]) -> None:
+        """The pod was bound to ``node`` with ``devices`` (before the pod event shows it)."""
+        key = _key(pod)
+        if key is not None:
+            name = str(pod["metadata"].get("name") or "")
+            self._hold(key, Holder(_uid(pod), name, node, tuple(devices)))
+
+    # -- status ----------------------------------------------------------------------------
+
+    def holders(self, namespace: str, name: str) -> list[Holder]:
+        return sorted(self._holders.get((namespace, name), {}).values(), key=lambda h: h.name)
+
+    def desired_status(self, key: Key) -> dict[str, Any] | None:
+        """The claim's status as its holders make it (module docstring); ``None``: no write."""
+        bound = [h for h in self.holders(*key) if h.node is not None]
+        current = (self._claims.get(key) or {}).get("status") or {}
+        if not bound:
+            if current.get("phase") != ALLOCATED:
+                return None
+            return {
+                "phase": RELEASED,
+                "nodeName": None,
+                "devices": [],
+                "bandwidthGBps": None,
+                "pods": [],
+            }
+        first = bound[0]
+        inventory = self._inventory_of(first.node) if first.node else None
+        gbps = (
+            slowest_link(inventory, (i for i, _ in first.devices))
+            if inventory is not None
+            else None
+        )
+        return {
+            "phase": ALLOCATED,
+            "nodeName": first.node,
+            "devices": [{"index": i, "uuid": u} if u else {"index": i} for i, u in first.devices],
+            "bandwidthGBps": gbps,
+            "pods": [h.name for h in bound],
+        }
+
+    async def flush(self, kube: Kube) -> int:
+        """Write the status of every claim marked since the last flush whose desired status
+        differs from the informer's copy; returns the writes. A claim whose write fails
+        (other than NotFound) stays marked."""
+        self.changed.clear()
+        keys, self._dirty = sorted(self._dirty), set()
+        writes = self.failed = 0
+        for key in keys:
+            obj = self._claims.get(key)
+            desired = self.desired_status(key)
+            if obj is None or desired is None or _same(obj.get("status") or {}, desired):
+                continue
+            path = resource_path(gpuclaim.GROUP, gpuclaim.VERSION, gpuclaim.PLURAL, key[0])
+            try:
+                updated = await kube.patch(f"{path}/{key[1]}/status", {"status": desired})
+            except APINotFound:
+                continue
+            except APIError as exc:
+                log.warning("GpuClaim %s/%s: writing its status failed: %s", *key, exc)
+                self.failed += 1
+                self._mark(key)
+                continue
+            writes += 1
+            if isinstance(updated, dict) and key in self._claims:
+                self._claims[key] = updated
+        return writes
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _mark(self, key: Key) -> None:
+        self._dirty.add(key)
+        self.changed.set()
+
+    def _hold(self, key: Key, holder: Holder) -> None:
+        prior = self._held.get(holder.uid)
+        if prior is not None and prior != key:
+            self._release(holder.uid)
+        if self._holders.setdefault(key, {}).get(holder.uid) != holder:
+            self._holders[key][holder.uid] = holder
+            self._held[holder.uid] = key
+            self._mark(key)
+
+    def _release(self, uid: str) -> list[str]:
+        key = self._held.pop(uid, None)
+        if key is None:
+            return []
+        holders = self._holders.get(key, {})
+        holders.pop(uid, None)
+        if not holders:
+            self._holders.pop(key, None)
+        self._mark(key)
+        return sorted(self._waiting.pop(key, ()))
+
+    def _check(self) -> None:
+        """Every invariant (tests call it after each step)."""
+        for key, holders in self._holders.items():
+            assert holders, f"{key}: empty holder map kept"
+            for uid in holders:
+                assert self._held[uid] == key, f"{uid} held under {key} but indexed elsewhere"
+        for uid, key in self._held.items():
+            assert uid in self._holders.get(key, {}), f"{uid} indexed but not held"
+            for waiting in self._waiting.values():
+                assert uid not in waiting or self._held[uid] != key
+
+
+def _same(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """Whether ``current`` already says ``desired`` (a ``None`` in desired: absent)."""
+    for name, value in desired.items():
+        have = current.get(name)
+        if value is None or value == []:
+            if have not in (None, []):
+                return False
+        elif have != value:
+            return False
+    return True
