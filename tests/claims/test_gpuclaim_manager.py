@@ -85,7 +85,8 @@ def manager() -> GpuClaimManager:
 def test_a_missing_claim_waits_and_is_requeued_when_it_appears() -> None:
     m = manager()
     why = m.check(pod("p"))
-    assert why is not None and "GpuClaim default/c, which does not exist" in why
+    assert why is not None
+    assert "GpuClaim default/c, which does not exist" in why
     assert m.claim_spec("default", "c") is None
     assert m.on_claim("ADDED", claim("c"), None) == ["u-p"]
     assert m.check(pod("p")) is None
@@ -99,7 +100,8 @@ def test_one_pod_at_a_time_the_next_requeued_when_released() -> None:
     m.reserve(pod("a"))
     m._check()
     why = m.check(pod("b"))
-    assert why is not None and "held by pod a" in why
+    assert why is not None
+    assert "held by pod a" in why
     assert m.check(pod("a")) is None  # its own claim
     assert m.unreserve(pod("a")) == ["u-b"]
     m._check()
@@ -196,7 +198,8 @@ async def test_flush_writes_each_change_once(kube: Kube) -> None:
     assert await m.flush(kube) == 1
     got = await kube.get(f"{CLAIMS}/c")
     assert got["status"]["phase"] == "Released"
-    assert "nodeName" not in got["status"] and not got["status"].get("pods")
+    assert "nodeName" not in got["status"]
+    assert not got["status"].get("pods")
     m._check()
 
 
