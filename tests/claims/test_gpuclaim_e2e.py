@@ -56,7 +56,8 @@ def gpu_claim(name: str, count: int, **topology: Any) -> dict[str, Any]:
 
 
 def claim_pod(bed: Bed, name: str, claim: str, gpus: int) -> dict[str, Any]:
-    return bed.pod(name, gpus, **{CLAIM: claim})
+    body: dict[str, Any] = bed.pod(name, gpus, **{CLAIM: claim})
+    return body
 
 
 def pending_message(pod: dict[str, Any]) -> str:
@@ -72,7 +73,8 @@ async def claim_until(bed: Bed, name: str, phase: str) -> dict[str, Any]:
         claims_path(bed),
         lambda cs: name in cs and (cs[name].get("status") or {}).get("phase") == phase,
     )
-    return claims[name]
+    found: dict[str, Any] = claims[name]
+    return found
 
 
 async def settled(bed: Bed, done: Any) -> Objects:
