@@ -223,9 +223,9 @@ SCHEDULER_RULES: Final = (
     ),
     Rule(
         ("gpu.scheduling",),
-        ("gpuclaims/status",),
+        ("gpuclaims", "gpuclaims/status"),
         ("patch",),
-        "GpuClaims' status (phase, node, devices) is not written",
+        "GpuClaims' status (phase, node, devices) and in-use finalizer are not written",
         required=False,
     ),
     Rule(

@@ -11,11 +11,12 @@ source the manager is), so GPUFit places a claim pod as any other; this plugin a
   Skip;
 - Reserve/Unreserve: the pod holds its claim from Reserve, so the next cycle does not give it
   to a second pod;
-- PostBind: writes the claim's status (phase Allocated, node, devices as on the Binding,
-  slowest link, pods): one merge patch of ``gpuclaims/status`` per bound claim pod;
+- PostBind: writes the claim's in-use finalizer (deleting the claim then waits for the pod)
+  and status (phase Allocated, node, devices as on the Binding, slowest link, pods): two
+  merge patches per bound claim pod;
 - informers on GpuClaims (optional: without the CRD, claim pods stay pending saying the claim
   does not exist), every pod event (a pod deleted or finished releases its claim), and a
-  background task that writes the statuses those events change (``Released``).
+  background task that writes what those events change (``Released``, no finalizer).
 
 Cost for a pod without a claim: one annotation lookup at PreFilter, SignPod, Reserve and in
 the pod handler. Claim pods are not batched (``sign_pod`` is ``None``).

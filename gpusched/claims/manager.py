@@ -17,7 +17,9 @@ holder's node, devices (index and UUID), ``bandwidthGBps`` (the slowest pair amo
 the node's inventory: :func:`slowest_link`) and ``pods``; ``Released`` once the last holder
 went (only for a claim that was allocated); nothing is written for a claim never held.
 :meth:`flush` merge-patches ``status`` of the claims whose desired status differs from what the
-informer last showed; one write per change (a bound pod costs one write, its deletion one).
+informer last showed, and keeps :data:`FINALIZER` on a claim exactly while a bound pod holds it
+(deleting a claim in use waits for the pod: never a leak). A claim pod costs two writes when
+bound (finalizer, status) and two when it goes (status, finalizer).
 
 All methods but :meth:`flush` are synchronous and O(1) per call (a status is O(GPUs²) for the
 bandwidth); they run on the event loop between scheduling cycles, so no lock is needed.
@@ -40,13 +42,16 @@ from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIError, APINotFound
 from gpusched.topology import pair_gbps
 
-__all__ = ["GpuClaimManager", "Holder", "Key", "slowest_link"]
+__all__ = ["FINALIZER", "GpuClaimManager", "Holder", "Key", "slowest_link"]
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 """``(namespace, name)`` of a claim."""
 
+FINALIZER: Final = "gpusched.io/claim-in-use"
+"""On a claim while a pod holds it, so deleting the claim waits for the pod (as
+``kubernetes.io/pvc-protection`` does for a volume in use)."""
 ALLOCATED: Final = "Allocated"
 RELEASED: Final = "Released"
 
@@ -177,6 +182,9 @@ class GpuClaimManager:
                 f"create it (kubectl get gclaim -n {key[0]}), or fix the name; the pod is "
                 "retried when it appears"
             )
+        if (self._claims[key].get("metadata") or {}).get("deletionTimestamp"):
+            self._waiting.setdefault(key, set()).add(uid)
+            return f"{where} is being deleted; give the pod another claim, or create it again"
         others = [h.name for u, h in self._holders.get(key, {}).items() if u != uid]
         if others:
             self._waiting.setdefault(key, set()).add(uid)
@@ -241,31 +249,60 @@ class GpuClaimManager:
         }
 
     async def flush(self, kube: Kube) -> int:
-        """Write the status of every claim marked since the last flush whose desired status
-        differs from the informer's copy; returns the writes. A claim whose write fails
-        (other than NotFound) stays marked."""
+        """Write every claim marked since the last flush whose status or finalizer differs
+        from the informer's copy; returns the writes. A claim whose write fails (other than
+        NotFound: it is gone) stays marked, and :attr:`failed` counts it."""
         self.changed.clear()
         keys, self._dirty = sorted(self._dirty), set()
         writes = self.failed = 0
         for key in keys:
-            obj = self._claims.get(key)
-            desired = self.desired_status(key)
-            if obj is None or desired is None or _same(obj.get("status") or {}, desired):
-                continue
-            path = resource_path(gpuclaim.GROUP, gpuclaim.VERSION, gpuclaim.PLURAL, key[0])
             try:
-                updated = await kube.patch(f"{path}/{key[1]}/status", {"status": desired})
+                writes += await self._write(kube, key)
             except APINotFound:
                 continue
             except APIError as exc:
-                log.warning("GpuClaim %s/%s: writing its status failed: %s", *key, exc)
+                log.warning("GpuClaim %s/%s: writing it failed: %s", *key, exc)
                 self.failed += 1
                 self._mark(key)
-                continue
-            writes += 1
-            if isinstance(updated, dict) and key in self._claims:
-                self._claims[key] = updated
         return writes
+
+    async def _write(self, kube: Kube, key: Key) -> int:
+        """Held: the finalizer, then the status; released: the status, then no finalizer (after
+        which a claim being deleted goes)."""
+        if key not in self._claims:
+            return 0
+        held = any(h.node is not None for h in self.holders(*key))
+        path = resource_path(gpuclaim.GROUP, gpuclaim.VERSION, gpuclaim.PLURAL, key[0], key[1])
+        writes = await self._protect(kube, path, key) if held else 0
+        desired = self.desired_status(key)
+        current = (self._claims.get(key) or {}).get("status") or {}
+        if desired is not None and not _same(current, desired):
+            self._store(key, await kube.patch(f"{path}/status", {"status": desired}))
+            writes += 1
+        if not held:
+            writes += await self._protect(kube, path, key)
+        return writes
+
+    async def _protect(self, kube: Kube, path: str, key: Key) -> int:
+        """Give the claim :data:`FINALIZER` while it is held, take it away once not (one merge
+        patch, conditional on the copy's resourceVersion); returns the writes (0 or 1)."""
+        obj = self._claims.get(key)
+        if obj is None:
+            return 0
+        meta = obj.get("metadata") or {}
+        held = any(h.node is not None for h in self.holders(*key))
+        finalizers = [str(f) for f in meta.get("finalizers") or ()]
+        if (FINALIZER in finalizers) == held or (held and meta.get("deletionTimestamp")):
+            return 0  # as it should be; or being deleted: none can be added
+        wanted = [*finalizers, FINALIZER] if held else [f for f in finalizers if f != FINALIZER]
+        body = {"metadata": {"finalizers": wanted, "resourceVersion": meta.get("resourceVersion")}}
+        self._store(key, await kube.patch(path, body))
+        return 1
+
+    def _store(self, key: Key, updated: Any) -> None:
+        """The server's answer to a write, as the claim's copy until the informer's next."""
+        if isinstance(updated, dict) and key in self._claims:
+            self._claims[key] = updated
 
     # -- internals ---------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scheduler"))
 from scheduler_bed import Bed, Objects, assert_no_double_booking, bound, objects_until, open_bed
 
 from gpusched.annotations import GPU_IDS, GPU_UUIDS
+from gpusched.claims.manager import FINALIZER
 from gpusched.kube.client import resource_path
 from gpusched.kube.errors import APINotFound
 
@@ -36,7 +37,16 @@ async def bed(target: Target) -> AsyncIterator[Bed]:
         except APINotFound:
             pytest.skip("the cluster does not serve gpuclaims.gpu.scheduling")
         await bed.add_nodes(2)
-        yield bed
+        try:
+            yield bed
+        finally:
+            # The stopped scheduler leaves its in-use finalizer on claims still held: take it
+            # away, so that the namespace's deletion does not wait for it on a real cluster.
+            listed = await bed.kube.get(claims_path(bed))
+            for item in listed["items"]:
+                if item["metadata"].get("finalizers"):
+                    path = f"{claims_path(bed)}/{item['metadata']['name']}"
+                    await bed.kube.patch(path, {"metadata": {"finalizers": None}})
 
 
 def claims_path(bed: Bed) -> str:
@@ -99,6 +109,8 @@ async def test_a_pod_gets_the_devices_its_claims_status_shows(bed: Bed) -> None:
     assert [d["uuid"] for d in status["devices"]] == annotations[GPU_UUIDS].split(",")
     assert status["bandwidthGBps"] == 900.0
     assert status["pods"] == ["train"]
+    claim = await bed.kube.get(f"{claims_path(bed)}/training")
+    assert claim["metadata"]["finalizers"] == [FINALIZER]  # deleting it waits for the pod
 
 
 async def test_required_bandwidth_no_node_meets_stays_pending_naming_the_best(bed: Bed) -> None:
@@ -142,7 +154,16 @@ async def test_deleting_the_pod_releases_the_claim_for_the_next(bed: Bed) -> Non
         claim = await claim_until(bed, "one", "Allocated")
         assert claim["status"]["pods"] == ["second"]
         await bed.delete_pod("second", now=True)
-        released = await claim_until(bed, "one", "Released")
+        released = (
+            await objects_until(
+                bed.kube,
+                claims_path(bed),
+                lambda cs: (
+                    (cs["one"].get("status") or {}).get("phase") == "Released"
+                    and not cs["one"]["metadata"].get("finalizers")
+                ),
+            )
+        )["one"]
     assert "nodeName" not in released["status"]
     assert not released["status"].get("pods")
     assert "second" in pods

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from gpusched.claims import GpuClaimManager, slowest_link
+from gpusched.claims.manager import FINALIZER
 from gpusched.inventory import GPUNodeInventory
 from gpusched.kube.client import Kube, resource_path
+from gpusched.kube.errors import APINotFound
 from gpusched.sim.cluster import SimCluster
 from gpusched.sim.fleet import build_fleet, load_cluster_spec
 
@@ -186,7 +188,7 @@ async def test_flush_writes_each_change_once(kube: Kube) -> None:
     assert await m.flush(kube) == 0
     m.bound(pod("a"), "h100-0", [(0, "GPU-0"), (1, "GPU-1")])
     assert m.changed.is_set()
-    assert await m.flush(kube) == 1
+    assert await m.flush(kube) == 2  # the in-use finalizer and the status
     assert not m.changed.is_set()
     got = await kube.get(f"{CLAIMS}/c")
     assert got["status"]["phase"] == "Allocated"
@@ -195,8 +197,9 @@ async def test_flush_writes_each_change_once(kube: Kube) -> None:
     m.on_claim("MODIFIED", got, created)  # the informer's copy: nothing more to write
     assert await m.flush(kube) == 0
     m.on_pod("DELETED", pod("a", node="h100-0", ids="0,1"), None)
-    assert await m.flush(kube) == 1
+    assert await m.flush(kube) == 2  # Released, and the finalizer taken away
     got = await kube.get(f"{CLAIMS}/c")
+    assert not got["metadata"].get("finalizers")
     assert got["status"]["phase"] == "Released"
     assert "nodeName" not in got["status"]
     assert not got["status"].get("pods")
@@ -210,4 +213,40 @@ async def test_flush_skips_a_claim_deleted_meanwhile(kube: Kube) -> None:
     await kube.delete(f"{CLAIMS}/gone")
     m.bound(pod("a", "gone"), "h100-0", [(0, "GPU-0")])
     assert await m.flush(kube) == 0
+    assert m.failed == 0
+
+
+async def test_a_claim_in_use_is_deleted_only_once_released(kube: Kube) -> None:
+    created = await kube.create(CLAIMS, claim("c"))
+    m = manager()
+    m.on_claim("ADDED", created, None)
+    m.bound(pod("a"), "h100-0", [(0, "GPU-0"), (1, "GPU-1")])
+    assert await m.flush(kube) == 2  # the finalizer, then the status
+    got = await kube.get(f"{CLAIMS}/c")
+    assert got["metadata"]["finalizers"] == [FINALIZER]
+    await kube.delete(f"{CLAIMS}/c")
+    deleting = await kube.get(f"{CLAIMS}/c")  # kept while the pod holds it
+    assert deleting["metadata"]["deletionTimestamp"]
+    m.on_claim("MODIFIED", deleting, got)
+    why = m.check(pod("b"))
+    assert why is not None
+    assert "is being deleted" in why
+    m.on_pod("DELETED", pod("a", node="h100-0", ids="0,1"), None)
+    assert await m.flush(kube) == 2  # Released, then no finalizer: the claim goes
+    with pytest.raises(APINotFound):
+        await kube.get(f"{CLAIMS}/c")
+    m._check()
+
+
+async def test_a_conflicting_write_is_retried(kube: Kube) -> None:
+    created = await kube.create(CLAIMS, claim("c"))
+    m = manager()
+    m.on_claim("ADDED", created, None)
+    await kube.patch(f"{CLAIMS}/c", {"metadata": {"labels": {"x": "y"}}})  # the copy is stale
+    m.bound(pod("a"), "h100-0", [(0, "GPU-0")])
+    assert await m.flush(kube) == 0
+    assert m.failed == 1
+    assert m.changed.is_set()
+    m.on_claim("MODIFIED", await kube.get(f"{CLAIMS}/c"), created)
+    assert await m.flush(kube) == 2
     assert m.failed == 0
