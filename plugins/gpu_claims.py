@@ -11,9 +11,11 @@ source the manager is), so GPUFit places a claim pod as any other; this plugin a
   Skip;
 - Reserve/Unreserve: the pod holds its claim from Reserve, so the next cycle does not give it
   to a second pod;
-- PostBind: writes the claim's in-use finalizer (deleting the claim then waits for the pod)
-  and status (phase Allocated, node, devices as on the Binding, slowest link, pods): two
-  merge patches per bound claim pod;
+- PreBind: the atomic step. Writes the claim's status (phase Allocated, node, devices as the
+  Binding will carry them, slowest link, pods) conditional on the resourceVersion of a copy
+  that shows no other live holder, so two replicas never give a claim to two pods (the loser
+  fails PreBind and is retried), then the in-use finalizer (deleting the claim then waits for
+  the pod): two merge patches per claim pod;
 - informers on GpuClaims (optional: without the CRD, claim pods stay pending saying the claim
   does not exist), every pod event (a pod deleted or finished releases its claim), and a
   background task that writes what those events change (``Released``, no finalizer).
@@ -42,7 +44,7 @@ from gpusched.framework import (
     InformerPlugin,
     Pod,
     PodEventHandler,
-    PostBindPlugin,
+    PreBindPlugin,
     PreFilterPlugin,
     PreFilterResult,
     ReservePlugin,
@@ -64,7 +66,7 @@ _RETRY_SECONDS: Final = 1.0
 class GpuClaims(
     PreFilterPlugin,
     ReservePlugin,
-    PostBindPlugin,
+    PreBindPlugin,
     EnqueueExtensions,
     SignPlugin,
     InformerPlugin,
@@ -117,16 +119,16 @@ class GpuClaims(
 
     # -- binding cycle -------------------------------------------------------------------
 
-    async def post_bind(self, state: CycleState, pod: Pod, node_name: str) -> None:
+    async def pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
         if gpuclaim.claim_name(pod) is None:
-            return
+            return SUCCESS
         assignment = state.get(DEVICE_ASSIGNMENT)
         devices: Iterable[tuple[int, str]] = ()
         if assignment is not None:
             uuids = assignment.gpu_uuids or ("",) * len(assignment.gpu_ids)
             devices = zip(assignment.gpu_ids, uuids, strict=True)
-        self.manager.bound(pod, node_name, devices)
-        await self.manager.flush(self.handle.kube)
+        why = await self.manager.acquire(self.handle.kube, pod, node_name, devices)
+        return SUCCESS if why is None else Status.unschedulable(why, plugin=NAME)
 
     # -- informers, pod events, background ----------------------------------------------
 

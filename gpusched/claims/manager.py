@@ -10,7 +10,12 @@ pod that names it waits, and is retried when the holder goes. The manager knows:
   ``gpusched.io/gpu-ids``/``gpu-uuids`` annotations), so a restarted scheduler or another
   replica derives the same holders from the API alone;
 - the pods waiting for a claim (missing, or held by another pod): :meth:`on_claim` and
-  :meth:`on_pod` return the uids to re-queue when that changes.
+  :meth:`on_pod` return the uids to re-queue when that changes;
+- the live pods that name each claim, so a status naming a pod that is gone holds nothing.
+
+:meth:`acquire` (PreBind) is the atomic step: the status written conditional on the
+resourceVersion of a copy that shows no other live holder, so two replicas never give one
+claim to two pods.
 
 The status (:meth:`desired_status`) is a function of the holders: ``Allocated`` with the
 holder's node, devices (index and UUID), ``bandwidthGBps`` (the slowest pair among them, from
@@ -39,7 +44,7 @@ from gpusched.cache import TERMINAL_PHASES
 from gpusched.gpu_requests import gpuclaim
 from gpusched.inventory import GPUNodeInventory
 from gpusched.kube.client import Kube, resource_path
-from gpusched.kube.errors import APIError, APINotFound
+from gpusched.kube.errors import APIConflict, APIError, APINotFound
 from gpusched.topology import pair_gbps
 
 __all__ = ["FINALIZER", "GpuClaimManager", "Holder", "Key", "slowest_link"]
@@ -53,6 +58,7 @@ FINALIZER: Final = "gpusched.io/claim-in-use"
 """On a claim while a pod holds it, so deleting the claim waits for the pod (as
 ``kubernetes.io/pvc-protection`` does for a volume in use)."""
 ALLOCATED: Final = "Allocated"
+_ACQUIRE_TRIES: Final = 3
 RELEASED: Final = "Released"
 
 
@@ -65,6 +71,8 @@ class Holder:
     node: str | None = None
     devices: tuple[tuple[int, str], ...] = ()
     """``(index, uuid)`` of each device, in the pod's annotation order (uuid may be empty)."""
+    confirmed: bool = False
+    """Seen bound in a pod event (not only reserved or bound by this scheduler)."""
 
 
 def slowest_link(inventory: GPUNodeInventory, ids: Iterable[int]) -> float | None:
@@ -106,6 +114,8 @@ class GpuClaimManager:
         self._held: dict[str, Key] = {}
         """Pod uid -> the claim it holds."""
         self._waiting: dict[Key, set[str]] = {}
+        self._live: dict[Key, dict[str, str]] = {}
+        """Claim -> the pods (uid -> name) not deleted nor finished that name it, any state."""
         self._dirty: set[Key] = set()
         self.changed = asyncio.Event()
         """Set when a claim's status may need a write (:meth:`flush` clears it)."""
@@ -147,9 +157,16 @@ class GpuClaimManager:
         if key is None:
             return []
         gone = kind == "DELETED" or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+        name = str(pod["metadata"].get("name") or "")
         if gone:
             self._waiting.get(key, set()).discard(uid)
+            live = self._live.get(key, {})
+            live.pop(uid, None)
+            if not live:
+                self._live.pop(key, None)
+            self._mark(key)  # a status that still names it is released
             return self._release(uid)
+        self._live.setdefault(key, {})[uid] = name
         node = (pod.get("spec") or {}).get("nodeName")
         if not node:
             return []
@@ -162,7 +179,7 @@ class GpuClaimManager:
             uuids = assignment.gpu_uuids or ("",) * len(assignment.gpu_ids)
             devices = tuple(zip(assignment.gpu_ids, uuids, strict=True))
         self._waiting.get(key, set()).discard(uid)
-        self._hold(key, Holder(uid, str(pod["metadata"].get("name") or ""), node, devices))
+        self._hold(key, Holder(uid, name, node, devices, confirmed=True))
         return []
 
     # -- the scheduling cycle -------------------------------------------------------------
@@ -185,7 +202,9 @@ class GpuClaimManager:
         if (self._claims[key].get("metadata") or {}).get("deletionTimestamp"):
             self._waiting.setdefault(key, set()).add(uid)
             return f"{where} is being deleted; give the pod another claim, or create it again"
-        others = [h.name for u, h in self._holders.get(key, {}).items() if u != uid]
+        name = str(pod["metadata"].get("name") or "")
+        others = {h.name for u, h in self._holders.get(key, {}).items() if u != uid}
+        others.update(p for p in self._status_holders(key) if p != name)
         if others:
             self._waiting.setdefault(key, set()).add(uid)
             return (
@@ -201,11 +220,65 @@ class GpuClaimManager:
             self._hold(key, Holder(_uid(pod), str(pod["metadata"].get("name") or "")))
 
     def unreserve(self, pod: Mapping[str, Any]) -> list[str]:
-        """Undo :meth:`reserve`; returns the pods to re-queue. Idempotent."""
+        """Undo :meth:`reserve` (and :meth:`acquire`) of a pod not seen bound; returns the pods
+        to re-queue. Idempotent."""
         holder = self._holders.get(self._held.get(_uid(pod), ("", "")), {}).get(_uid(pod))
-        if holder is None or holder.node is not None:
+        if holder is None or holder.confirmed:
             return []
         return self._release(_uid(pod))
+
+    async def acquire(
+        self, kube: Kube, pod: Mapping[str, Any], node: str, devices: Iterable[tuple[int, str]]
+    ) -> str | None:
+        """The atomic step (PreBind): write the claim's status for ``pod`` on ``node``,
+        conditional on the resourceVersion of the copy that shows no other live holder, so two
+        replicas never give one claim to two pods. Returns why not (another pod got it first,
+        or the claim is gone), or ``None`` once written. On a conflict the claim is read again
+        and the check repeated (at most :data:`_ACQUIRE_TRIES` writes)."""
+        key = _key(pod)
+        if key is None:
+            return None
+        name = str(pod["metadata"].get("name") or "")
+        self.bound(pod, node, devices)
+        path = resource_path(gpuclaim.GROUP, gpuclaim.VERSION, gpuclaim.PLURAL, key[0], key[1])
+        where = f"{gpuclaim.KIND} {key[0]}/{key[1]}"
+        for _ in range(_ACQUIRE_TRIES):
+            obj = self._claims.get(key)
+            if obj is None:
+                return f"{where} was deleted"
+            others = [p for p in self._status_holders(key) if p != name]
+            if others:
+                return f"{where} is held by pod {', '.join(sorted(others))}; retried when it ends"
+            desired = self.desired_status(key)
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            body = {"metadata": {"resourceVersion": rv}, "status": desired}
+            try:
+                self._store(key, await kube.patch(f"{path}/status", body))
+            except APIConflict:
+                try:
+                    self._store(key, await kube.get(path))
+                except APINotFound:
+                    return f"{where} was deleted"
+                continue
+            except APINotFound:
+                return f"{where} was deleted"
+            await self._protect(kube, path, key)
+            return None
+        return f"{where} is being written by another scheduler; retried"
+
+    def _in_use(self, key: Key) -> bool:
+        """A pod holds the claim: bound here or seen bound, or live and named by its status."""
+        bound = any(h.node is not None for h in self._holders.get(key, {}).values())
+        return bound or bool(self._status_holders(key))
+
+    def _status_holders(self, key: Key) -> list[str]:
+        """The pods the claim's status says hold it and that still live (a status naming
+        only deleted or finished pods is stale: it is released at the next flush)."""
+        status = (self._claims.get(key) or {}).get("status") or {}
+        if status.get("phase") != ALLOCATED:
+            return []
+        live = set(self._live.get(key, {}).values())
+        return [str(p) for p in status.get("pods") or () if p in live]
 
     def bound(self, pod: Mapping[str, Any], node: str, devices: Iterable[tuple[int, str]]) -> None:
         """The pod was bound to ``node`` with ``devices`` (before the pod event shows it)."""
@@ -224,8 +297,8 @@ class GpuClaimManager:
         bound = [h for h in self.holders(*key) if h.node is not None]
         current = (self._claims.get(key) or {}).get("status") or {}
         if not bound:
-            if current.get("phase") != ALLOCATED:
-                return None
+            if current.get("phase") != ALLOCATED or self._status_holders(key):
+                return None  # never held, or held by a live pod another replica binds
             return {
                 "phase": RELEASED,
                 "nodeName": None,
@@ -271,7 +344,7 @@ class GpuClaimManager:
         which a claim being deleted goes)."""
         if key not in self._claims:
             return 0
-        held = any(h.node is not None for h in self.holders(*key))
+        held = self._in_use(key)
         path = resource_path(gpuclaim.GROUP, gpuclaim.VERSION, gpuclaim.PLURAL, key[0], key[1])
         writes = await self._protect(kube, path, key) if held else 0
         desired = self.desired_status(key)
@@ -290,7 +363,7 @@ class GpuClaimManager:
         if obj is None:
             return 0
         meta = obj.get("metadata") or {}
-        held = any(h.node is not None for h in self.holders(*key))
+        held = self._in_use(key)
         finalizers = [str(f) for f in meta.get("finalizers") or ()]
         if (FINALIZER in finalizers) == held or (held and meta.get("deletionTimestamp")):
             return 0  # as it should be; or being deleted: none can be added
@@ -336,6 +409,8 @@ class GpuClaimManager:
             assert holders, f"{key}: empty holder map kept"
             for uid in holders:
                 assert self._held[uid] == key, f"{uid} held under {key} but indexed elsewhere"
+        for key, live in self._live.items():
+            assert live, f"{key}: empty live map kept"
         for uid, key in self._held.items():
             assert uid in self._holders.get(key, {}), f"{uid} indexed but not held"
             for waiting in self._waiting.values():

@@ -620,7 +620,7 @@ def default_plugins() -> Plugins:
         TaintToleration    weight 3  filter, preScore, score
         NodeAffinity       weight 2  preFilter, filter, preScore, score
         NodeResourcesFit   weight 1  preFilter, filter, preScore, score
-        GpuClaims                    preFilter, reserve, postBind (GpuClaims)
+        GpuClaims                    preFilter, reserve, preBind (GpuClaims)
         GPUFit             weight 2  preFilter, filter, postFilter, preScore, score, reserve
         NominatedReservation         filter
         DefaultPreemption            postFilter

@@ -117,7 +117,8 @@ def test_bound_pods_make_the_status_and_deletion_releases() -> None:
     m.reserve(pod("a"))
     assert m.desired_status(("default", "c")) is None  # reserved, not bound yet
     m.bound(pod("a"), "v100-0", [(0, "GPU-0"), (3, "GPU-3")])
-    assert m.unreserve(pod("a")) == []  # bound: kept
+    m.on_pod("MODIFIED", pod("a", node="v100-0", ids="0,3"), None)
+    assert m.unreserve(pod("a")) == []  # seen bound: kept
     assert m.desired_status(("default", "c")) == {
         "phase": "Allocated",
         "nodeName": "v100-0",
@@ -250,3 +251,43 @@ async def test_a_conflicting_write_is_retried(kube: Kube) -> None:
     m.on_claim("MODIFIED", await kube.get(f"{CLAIMS}/c"), created)
     assert await m.flush(kube) == 2
     assert m.failed == 0
+
+
+async def test_two_replicas_racing_for_one_claim_give_it_to_one_pod(kube: Kube) -> None:
+    created = await kube.create(CLAIMS, claim("c"))
+    first, second = manager(), manager()
+    for m in (first, second):
+        m.on_claim("ADDED", created, None)
+        for name in ("a", "b"):  # both pending pods are known to both replicas
+            m.on_pod("ADDED", pod(name), None)
+    # Each replica reserved a different pod with the claim (its copy showed no holder).
+    first.reserve(pod("a"))
+    second.reserve(pod("b"))
+    assert await first.acquire(kube, pod("a"), "h100-0", [(0, "GPU-0")]) is None
+    why = await second.acquire(kube, pod("b"), "h100-0", [(1, "GPU-1")])
+    assert why is not None
+    assert "held by pod a" in why
+    assert second.unreserve(pod("b")) == []
+    got = await kube.get(f"{CLAIMS}/c")
+    assert got["status"]["pods"] == ["a"]
+    assert got["metadata"]["finalizers"] == [FINALIZER]
+    # The loser writes no Released over the winner's allocation.
+    assert await second.flush(kube) == 0
+    assert (await kube.get(f"{CLAIMS}/c"))["status"]["phase"] == "Allocated"
+    for m in (first, second):
+        m._check()
+
+
+async def test_a_status_naming_a_pod_that_is_gone_is_released(kube: Kube) -> None:
+    # Left by a scheduler that stopped before its pod ended: no live pod holds it.
+    stale = {"phase": "Allocated", "nodeName": "h100-0", "devices": [{"index": 0}], "pods": ["x"]}
+    created = await kube.create(CLAIMS, claim("c"))
+    created = await kube.patch(f"{CLAIMS}/c/status", {"status": stale})
+    m = manager()
+    m.on_claim("ADDED", created, None)
+    assert m.check(pod("b")) is None  # x is not a live pod: the status does not hold it
+    m.on_pod("DELETED", pod("x"), None)
+    assert await m.flush(kube) == 1
+    assert (await kube.get(f"{CLAIMS}/c"))["status"]["phase"] == "Released"
+    assert await m.acquire(kube, pod("b"), "h100-0", [(2, "GPU-2")]) is None
+    assert (await kube.get(f"{CLAIMS}/c"))["status"]["pods"] == ["b"]

@@ -70,9 +70,9 @@ def test_the_default_configuration_builds() -> None:
         "score": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit", "PreferredNode"],
         "reserve": ["GpuClaims", "GPUFit", "Coscheduling"],
         "permit": ["Coscheduling"],
-        "preBind": ["Coscheduling"],
+        "preBind": ["GpuClaims", "Coscheduling"],
         "bind": ["DefaultBinder"],
-        "postBind": ["GpuClaims"],
+        "postBind": [],
     }
     assert dict(fw.score_weights) == {
         "TaintToleration": 3,
