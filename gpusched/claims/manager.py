@@ -24,9 +24,9 @@ went (only for a claim that was allocated); nothing is written for a claim never
 :meth:`flush` merge-patches ``status`` of the claims whose desired status differs from what the
 informer last showed, and keeps :data:`FINALIZER` on a claim exactly while a bound pod holds it
 (deleting a claim in use waits for the pod: never a leak). A claim pod costs two writes when
-bound (finalizer, status) and two when it goes (status, finalizer).
+bound (status, finalizer) and two when it goes (status, finalizer).
 
-All methods but :meth:`flush` are synchronous and O(1) per call (a status is O(GPUs²) for the
+All methods but :meth:`acquire` and :meth:`flush` are synchronous and O(1) per call (a status is O(GPUs²) for the
 bandwidth); they run on the event loop between scheduling cycles, so no lock is needed.
 """
 
