@@ -26,8 +26,9 @@ informer last showed, and keeps :data:`FINALIZER` on a claim exactly while a bou
 (deleting a claim in use waits for the pod: never a leak). A claim pod costs two writes when
 bound (status, finalizer) and two when it goes (status, finalizer).
 
-All methods but :meth:`acquire` and :meth:`flush` are synchronous and O(1) per call (a status is O(GPUs²) for the
-bandwidth); they run on the event loop between scheduling cycles, so no lock is needed.
+All methods but :meth:`acquire` and :meth:`flush` are synchronous and O(1) per call (a status
+is O(GPUs²) for the bandwidth); they run on the event loop between scheduling cycles, so no lock
+is needed.
 """
 
 from __future__ import annotations
