@@ -114,6 +114,11 @@ CRDS: Final = (
         False,
         "scheduler-plugins PodGroups are not read: their pods are scheduled one by one",
     ),
+    CRDCheck(
+        "gpuclaims.gpu.scheduling",
+        False,
+        "GpuClaims are not read: pods that refer to one stay pending",
+    ),
 )
 """The CRDs of deploy/crds that gpusched reads (tests check every file there is listed)."""
 
@@ -207,6 +212,20 @@ SCHEDULER_RULES: Final = (
         ("podgroups/status",),
         _WRITE_STATUS,
         "gangs' status is not reported",
+        required=False,
+    ),
+    Rule(
+        ("gpu.scheduling",),
+        ("gpuclaims",),
+        _READ,
+        "GpuClaims are not read: pods that refer to one stay pending",
+        required=False,
+    ),
+    Rule(
+        ("gpu.scheduling",),
+        ("gpuclaims", "gpuclaims/status"),
+        ("patch",),
+        "GpuClaims' status (phase, node, devices) and in-use finalizer are not written",
         required=False,
     ),
     Rule(

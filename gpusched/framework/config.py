@@ -620,6 +620,7 @@ def default_plugins() -> Plugins:
         TaintToleration    weight 3  filter, preScore, score
         NodeAffinity       weight 2  preFilter, filter, preScore, score
         NodeResourcesFit   weight 1  preFilter, filter, preScore, score
+        GpuClaims                    preFilter, reserve, preBind (GpuClaims)
         GPUFit             weight 2  preFilter, filter, postFilter, preScore, score, reserve
         NominatedReservation         filter
         DefaultPreemption            postFilter
@@ -646,6 +647,7 @@ def default_plugins() -> Plugins:
                 PluginRef(name="TaintToleration", weight=3),
                 PluginRef(name="NodeAffinity", weight=2),
                 PluginRef(name="NodeResourcesFit", weight=1),
+                PluginRef(name="GpuClaims"),
                 PluginRef(name="GPUFit", weight=2),
                 PluginRef(name="NominatedReservation"),
                 PluginRef(name="DefaultPreemption"),

@@ -15,13 +15,15 @@ nvidia      ``nvidia.com/gpu`` alone (whole GPUs), ``nvidia.com/mig-<p>``     :m
 hami        ``nvidia.com/gpumem[-percentage]``, ``nvidia.com/gpucores``       :mod:`.hami`
 kai         ``gpu-fraction`` / ``gpu-memory`` annotations                     :mod:`.kai`
 woolyai     ``woolyai.com/gpu`` + ``woolyai.com/*`` annotations               :mod:`.woolyai`
+gpuclaim    ``gpu.scheduling/claim: NAME``: a GpuClaim's spec (the            :mod:`.gpuclaim`
+            scheduler's claims, with the pod's own device resource)
 ==========  ===============================================================  ============
 
 **Combining forms.** Every reader states the fields its form gives; the states are merged
 field by field. Two forms that state the same field alike combine (``gpusched.io/priority: 1``
 beside ``woolyai.com/priority: 1``); two that state it differently are a :class:`RequestError`
 naming both, never a silent choice. The *source* is the first foreign form that asks for GPUs,
-in the order woolyai, hami, kai, nvidia, else gpusched; a field nobody states takes the
+in the order woolyai, hami, kai, nvidia, gpuclaim, else gpusched; a field nobody states takes the
 source's default (``swap_from_vram`` is true for WoolyAI, false otherwise), then any other
 form's. Then the request must make sense as a whole (shared GPUs need VRAM, MIG devices take no
 VRAM slice, ``gpu-ids-request`` lists one index per GPU ...).
@@ -61,7 +63,7 @@ from typing import Any, Final, Literal, NamedTuple
 from gpusched.annotations import PRIORITY
 from gpusched.inventory import RESOURCE_GPU
 
-from . import hami, kai, native, nvidia, woolyai
+from . import gpuclaim, hami, kai, native, nvidia, woolyai
 from ._common import Given, Partial, PodView, RequestError, parse_bool, parse_mib_quantity
 
 __all__ = [
@@ -115,10 +117,10 @@ class GPURequest:
     contiguous: bool = False
     """Whole GPUs: the set is connected over the NVLinks among its GPUs."""
     source: str = "gpusched"
-    """The form it was read from: gpusched, nvidia, hami, kai or woolyai."""
+    """The form it was read from: gpusched, nvidia, hami, kai, woolyai or gpuclaim."""
 
 
-_READERS: Final = (woolyai, hami, kai, nvidia, native)
+_READERS: Final = (woolyai, hami, kai, nvidia, gpuclaim, native)
 SOURCES: Final = tuple(reader.SOURCE for reader in _READERS)
 """The forms, in order of precedence for :attr:`GPURequest.source`."""
 SHARED_RESOURCES: Final = frozenset(

@@ -91,11 +91,12 @@ class _Container:
 class PodView:
     """A pod's annotations and per-container resources (limits over requests), read once."""
 
-    __slots__ = ("_containers", "annotations")
+    __slots__ = ("_containers", "annotations", "namespace")
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         self.annotations: Mapping[str, str] = meta.get("annotations") or {}
+        self.namespace = str(meta.get("namespace") or "default")
         spec = pod.get("spec") or {}
         containers: list[_Container] = []
         for key, init in (("initContainers", True), ("containers", False)):

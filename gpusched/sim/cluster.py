@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EXTRA_CRD_NAMES", "SimCluster"]
 
-EXTRA_CRD_NAMES: tuple[str, ...] = ("podgroups.scheduling.x-k8s.io",)
+EXTRA_CRD_NAMES: tuple[str, ...] = ("podgroups.scheduling.x-k8s.io", "gpuclaims.gpu.scheduling")
 """CRDs of other projects that gpusched reads, installed with the policy CRDs."""
 
 

@@ -33,7 +33,7 @@ def test_all_is_complete(suffix: str) -> None:
 
 
 def test_sources_in_order_of_precedence() -> None:
-    assert SOURCES == ("woolyai", "hami", "kai", "nvidia", "gpusched")
+    assert SOURCES == ("woolyai", "hami", "kai", "nvidia", "gpuclaim", "gpusched")
 
 
 def test_request_error_is_a_value_error() -> None:

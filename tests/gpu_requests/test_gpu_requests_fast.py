@@ -16,7 +16,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpusched.gpu_requests as package
-from gpusched.gpu_requests import GPURequest, RequestError, hami, kai, native, nvidia, woolyai
+from gpusched.gpu_requests import (
+    GPURequest,
+    RequestError,
+    gpuclaim,
+    hami,
+    kai,
+    native,
+    nvidia,
+    woolyai,
+)
 from gpusched.gpu_requests._common import PodView, _parse_mib_general, parse_mib_quantity
 
 _read_fast = package._read_fast
@@ -215,7 +224,7 @@ def test_readers_list_every_field_they_read(
     pod_["metadata"]["annotations"] = _Recording(annotations)
     with contextlib.suppress(RequestError):  # raised by the checks after all reads
         _read_general(pod_)
-    readers = (native, nvidia, hami, kai, woolyai)
+    readers = (native, nvidia, hami, kai, woolyai, gpuclaim)
     listed = set().union(*(r.RESOURCES for r in readers))
     assert {n for n in resources if not n.startswith(nvidia.RESOURCE_PREFIX)} <= listed
     assert annotations <= set().union(*(r.ANNOTATIONS for r in readers))

@@ -25,6 +25,7 @@ EXPECTED = [
     "TaintToleration",
     "NodeAffinity",
     "NodeResourcesFit",
+    "GpuClaims",
     "GPUFit",
     "NominatedReservation",
     "DefaultPreemption",
@@ -48,7 +49,7 @@ def test_the_default_configuration_builds() -> None:
     assert fw.list_plugins() == {
         "preEnqueue": ["PrioritySort", "SchedulingGates", "Coscheduling"],
         "queueSort": ["PrioritySort"],
-        "preFilter": ["NodeAffinity", "NodeResourcesFit", "GPUFit"],
+        "preFilter": ["NodeAffinity", "NodeResourcesFit", "GpuClaims", "GPUFit"],
         "filter": [
             "NodeUnschedulable",
             "NodeName",
@@ -67,9 +68,9 @@ def test_the_default_configuration_builds() -> None:
             "PreferredNode",
         ],
         "score": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit", "PreferredNode"],
-        "reserve": ["GPUFit", "Coscheduling"],
+        "reserve": ["GpuClaims", "GPUFit", "Coscheduling"],
         "permit": ["Coscheduling"],
-        "preBind": ["Coscheduling"],
+        "preBind": ["GpuClaims", "Coscheduling"],
         "bind": ["DefaultBinder"],
         "postBind": [],
     }
