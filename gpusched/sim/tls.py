@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import ipaddress
 import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from gpusched.webhook.certs import generate_bundle
 
 __all__ = ["ServingCerts", "make_serving_certs"]
 
@@ -48,72 +44,15 @@ class ServingCerts:
         return ctx
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
 def make_serving_certs(host: str = "127.0.0.1", directory: Path | None = None) -> ServingCerts:
-    """A fresh CA and a server certificate valid for ``host``, loopback and localhost."""
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("gpusched-sim-ca"))
-        .issuer_name(_name("gpusched-sim-ca"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=365))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    alt_names: list[x509.GeneralName] = [
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-    ]
-    try:
-        ip = ipaddress.ip_address(host)
-        if str(ip) != "127.0.0.1":
-            alt_names.append(x509.IPAddress(ip))
-    except ValueError:
-        alt_names.append(x509.DNSName(host))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("kube-apiserver"))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=365))
-        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    """A fresh CA and a server certificate valid for ``host``, loopback and localhost (made
+    as the webhook makes its own: :func:`gpusched.webhook.certs.generate_bundle`)."""
+    names = tuple(dict.fromkeys((host, "localhost", "127.0.0.1")))
+    bundle = generate_bundle(names, dt.datetime.now(dt.UTC))
     out = directory or Path(tempfile.mkdtemp(prefix="gpusched-sim-tls-"))
     out.mkdir(parents=True, exist_ok=True)
-    pem = serialization.Encoding.PEM
     certs = ServingCerts(
-        ca_pem=ca_cert.public_bytes(pem),
-        cert_pem=cert.public_bytes(pem),
-        key_pem=key.private_bytes(
-            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ),
-        directory=out,
+        ca_pem=bundle.ca_pem, cert_pem=bundle.cert_pem, key_pem=bundle.key_pem, directory=out
     )
     certs.ca_file.write_bytes(certs.ca_pem)
     (out / "tls.crt").write_bytes(certs.cert_pem)

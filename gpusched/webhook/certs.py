@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import ipaddress
 import logging
 import os
 import shutil
@@ -177,6 +178,14 @@ class CertBundle:
         return ""
 
 
+def _san(name: str) -> x509.GeneralName:
+    """An IP address SAN for an address, a DNS name SAN otherwise."""
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 def _ca(
     now: dt.datetime, validity: dt.timedelta
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
@@ -246,9 +255,7 @@ def generate_bundle(
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(min(now + settings.validity, ca_cert.not_valid_after_utc))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False
-        )
+        .add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
