@@ -15,7 +15,10 @@ pod that names it waits, and is retried when the holder goes. The manager knows:
 
 :meth:`acquire` (PreBind) is the atomic step: the status written conditional on the
 resourceVersion of a copy that shows no other live holder, so two replicas never give one
-claim to two pods.
+claim to two pods. A pod the status names holds the claim until the API server says it is gone
+or finished (this replica's pod informer may not have shown it yet), and the pod becomes this
+manager's holder only once the write succeeded, so a :meth:`flush` meanwhile (also conditional
+on the resourceVersion) never writes a status over another replica's.
 
 The status (:meth:`desired_status`) is a function of the holders: ``Allocated`` with the
 holder's node, devices (index and UUID), ``bandwidthGBps`` (the slowest pair among them, from
@@ -240,17 +243,21 @@ class GpuClaimManager:
         if key is None:
             return None
         name = str(pod["metadata"].get("name") or "")
-        self.bound(pod, node, devices)
+        # The pod becomes a holder only once the write succeeded: before, a flush of this
+        # manager must not write a status naming it (it could overwrite another replica's).
+        holder = Holder(_uid(pod), name, node, tuple(devices))
         path = resource_path(gpuclaim.GROUP, gpuclaim.VERSION, gpuclaim.PLURAL, key[0], key[1])
         where = f"{gpuclaim.KIND} {key[0]}/{key[1]}"
         for _ in range(_ACQUIRE_TRIES):
             obj = self._claims.get(key)
             if obj is None:
                 return f"{where} was deleted"
-            others = [p for p in self._status_holders(key) if p != name]
+            if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                return f"{where} is being deleted"
+            others = [p for p in await self._api_holders(kube, key) if p != name]
             if others:
                 return f"{where} is held by pod {', '.join(sorted(others))}; retried when it ends"
-            desired = self.desired_status(key)
+            desired = self.desired_status(key, adding=holder)
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             body = {"metadata": {"resourceVersion": rv}, "status": desired}
             try:
@@ -263,9 +270,35 @@ class GpuClaimManager:
                 continue
             except APINotFound:
                 return f"{where} was deleted"
-            await self._protect(kube, path, key)
+            self.bound(pod, node, devices)
+            try:
+                await self._protect(kube, path, key)
+            except APIError as exc:  # the status is written: the next flush adds the finalizer
+                log.warning("GpuClaim %s/%s: adding its finalizer failed: %s", *key, exc)
+                self._mark(key)
             return None
         return f"{where} is being written by another scheduler; retried"
+
+    async def _api_holders(self, kube: Kube, key: Key) -> list[str]:
+        """The pods the claim's status names that still hold it, asking the API server about
+        those the pod informer has not shown (another replica's pod may be newer than this
+        replica's informer): a pod holds the claim until it is gone or finished."""
+        status = (self._claims.get(key) or {}).get("status") or {}
+        if status.get("phase") != ALLOCATED:
+            return []
+        live = set(self._live.get(key, {}).values())
+        out = []
+        for name in (str(p) for p in status.get("pods") or ()):
+            if name in live:
+                out.append(name)
+                continue
+            try:
+                pod = await kube.get(resource_path("", "v1", "pods", key[0], name))
+            except APINotFound:
+                continue
+            if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+                out.append(name)
+        return out
 
     def _in_use(self, key: Key) -> bool:
         """A pod holds the claim: bound here or seen bound, or live and named by its status."""
@@ -293,9 +326,12 @@ class GpuClaimManager:
     def holders(self, namespace: str, name: str) -> list[Holder]:
         return sorted(self._holders.get((namespace, name), {}).values(), key=lambda h: h.name)
 
-    def desired_status(self, key: Key) -> dict[str, Any] | None:
-        """The claim's status as its holders make it (module docstring); ``None``: no write."""
-        bound = [h for h in self.holders(*key) if h.node is not None]
+    def desired_status(self, key: Key, adding: Holder | None = None) -> dict[str, Any] | None:
+        """The claim's status as its holders (and ``adding``) make it (module docstring);
+        ``None``: no write."""
+        bound = [h for h in self.holders(*key) if h.node is not None and h != adding]
+        if adding is not None:
+            bound = sorted([*bound, adding], key=lambda h: h.name)
         current = (self._claims.get(key) or {}).get("status") or {}
         if not bound:
             if current.get("phase") != ALLOCATED or self._status_holders(key):
@@ -351,7 +387,17 @@ class GpuClaimManager:
         desired = self.desired_status(key)
         current = (self._claims.get(key) or {}).get("status") or {}
         if desired is not None and not _same(current, desired):
-            self._store(key, await kube.patch(f"{path}/status", {"status": desired}))
+            if desired["phase"] == RELEASED and await self._api_holders(kube, key):
+                return writes  # another replica's pod holds it; its pod event comes later
+            obj = self._claims.get(key) or {}
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            body = {"metadata": {"resourceVersion": rv}, "status": desired}
+            try:
+                self._store(key, await kube.patch(f"{path}/status", body))
+            except APIConflict:  # written since: judge again on the server's copy
+                self._store(key, await kube.get(path))
+                self._mark(key)
+                return writes
             writes += 1
         if not held:
             writes += await self._protect(kube, path, key)

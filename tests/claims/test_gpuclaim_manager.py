@@ -5,6 +5,7 @@ Invariants (``_check``) after every step."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -291,3 +292,63 @@ async def test_a_status_naming_a_pod_that_is_gone_is_released(kube: Kube) -> Non
     assert (await kube.get(f"{CLAIMS}/c"))["status"]["phase"] == "Released"
     assert await m.acquire(kube, pod("b"), "h100-0", [(2, "GPU-2")]) is None
     assert (await kube.get(f"{CLAIMS}/c"))["status"]["pods"] == ["b"]
+
+
+async def _allocated_elsewhere(kube: Kube) -> dict[str, Any]:
+    """Replica B gave claim ``c`` to its pod ``b`` (which exists, pending its binding); returns
+    the claim as it was before, the copy replica A's informer still holds."""
+    before = await kube.create(CLAIMS, claim("c"))
+    body = pod("b")
+    body["spec"] = {"containers": [{"name": "main", "image": "cuda"}]}
+    await kube.create(resource_path("", "v1", "pods", "default"), body)
+    status = {"phase": "Allocated", "nodeName": "v100-0", "devices": [{"index": 0}], "pods": ["b"]}
+    await kube.patch(f"{CLAIMS}/c/status", {"status": status})
+    return before
+
+
+async def test_a_holder_this_replica_has_not_seen_still_holds_the_claim(kube: Kube) -> None:
+    """Replica A's informers lag: its claim copy is stale and it has not seen pod b. The
+    atomic step re-reads the claim on the conflict, asks the API server about b, and yields."""
+    stale = await _allocated_elsewhere(kube)
+    a = manager()
+    a.on_claim("ADDED", stale, None)
+    a.on_pod("ADDED", pod("a"), None)
+    a.reserve(pod("a"))
+    why = await a.acquire(kube, pod("a"), "h100-0", [(0, "GPU-0")])
+    assert why is not None
+    assert "held by pod b" in why
+    assert a.unreserve(pod("a")) == []
+    assert await a.flush(kube) == 0  # and writes no Released over b's allocation either
+    got = await kube.get(f"{CLAIMS}/c")
+    assert got["status"]["pods"] == ["b"]
+    assert got["status"]["nodeName"] == "v100-0"
+    a._check()
+
+
+async def test_a_flush_during_the_atomic_step_never_overwrites_another_replica(
+    kube: Kube,
+) -> None:
+    """The manager's background flush runs whenever acquire awaits: it must not write a
+    status naming the pod acquire has not yet won."""
+    stale = await _allocated_elsewhere(kube)
+    a = manager()
+    a.on_claim("ADDED", stale, None)
+    a.on_pod("ADDED", pod("b"), None)  # pending in A's view: B is in its PreBind
+    a.on_pod("ADDED", pod("a"), None)
+    a.reserve(pod("a"))
+
+    async def flushing() -> None:
+        while True:
+            await a.changed.wait()
+            await a.flush(kube)
+
+    task = asyncio.create_task(flushing())
+    try:
+        why = await a.acquire(kube, pod("a"), "h100-0", [(0, "GPU-0")])
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert why is not None
+    assert "held by pod b" in why
+    assert (await kube.get(f"{CLAIMS}/c"))["status"]["pods"] == ["b"]
+    a._check()
