@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
@@ -294,8 +295,9 @@ def _pool_devices(
     inventory: GPUNodeInventory | None,
     incomplete: list[str],
 ) -> list[_Device]:
-    """The devices of the complete pools, in pool then slice order; the names of the
-    incomplete pools are appended to ``incomplete``."""
+    """The devices of the complete, valid pools, in pool then slice order; why each other
+    pool is left out is appended to ``incomplete``. O(devices) (a pool's names are counted
+    only when it is complete)."""
     newest: dict[tuple[str, str], tuple[int, list[Mapping[str, Any]]]] = {}
     for item in slices:
         spec = item.get("spec", {})
@@ -313,7 +315,18 @@ def _pool_devices(
     by_uuid = {} if inventory is None else _uuids(inventory)
     for (driver, pool), (_, items) in sorted(newest.items()):
         if len(items) < int(items[0]["spec"]["pool"].get("resourceSliceCount", 1)):
-            incomplete.append(f"{driver}/{pool}")  # upstream does not allocate from it
+            # upstream does not allocate from it
+            incomplete.append(f"resource pool {driver}/{pool} is currently being updated")
+            continue
+        names = Counter(
+            raw.get("name") for item in items for raw in item["spec"].get("devices") or ()
+        )
+        if twice := sorted(str(n) for n, times in names.items() if times > 1):
+            # Upstream marks such a pool invalid: nothing in it is allocated, and a request
+            # for all devices cannot be met.
+            incomplete.append(
+                f"resource pool {driver}/{pool} is invalid: device {twice[0]} is in two slices"
+            )
             continue
         for item in items:
             spec = item["spec"]
@@ -428,8 +441,7 @@ def allocate(
     for request in requests:
         if incomplete and any(alt.all_mode for alt in request.alternatives):
             return Unallocatable(
-                f"request {request.name}: asks for all devices, but resource pool "
-                f"{incomplete[0]} is currently being updated"
+                f"request {request.name}: asks for all devices, but {incomplete[0]}"
             )
     scores = _score_matrix(devices, inventory)
     search = _Search(

@@ -717,3 +717,21 @@ def test_topology_agrees_with_gpu_fit_selection(taken_mask: int, count: int) -> 
         int(r["device"].removeprefix("gpu-")) for r in found.allocations[0]["devices"]["results"]
     ]
     assert tuple(chosen) == topology.choose(free, count)[0]
+
+
+def test_a_pool_with_a_device_name_in_two_slices_is_invalid() -> None:
+    """As upstream: nothing is allocated from it (never one device twice), and a request for
+    all devices says why."""
+    first, second = slice_of(EIGHT[:1]), slice_of(EIGHT[:1])
+    for item in (first, second):
+        item["spec"]["pool"]["resourceSliceCount"] = 2
+    slices = [first, second]
+    two = allocate([claim(exactly("r", count=2))], node_name=NODE, slices=slices, classes=CLASSES)
+    assert isinstance(two, Unallocatable)
+    every = allocate(
+        [claim(exactly("r", mode="All"))], node_name=NODE, slices=slices, classes=CLASSES
+    )
+    assert every == Unallocatable(
+        f"request r: asks for all devices, but resource pool gpu.nvidia.com/{NODE} is "
+        "invalid: device gpu-0 is in two slices"
+    )
