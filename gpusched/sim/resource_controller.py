@@ -343,7 +343,15 @@ class ResourceClaimController:
             or self._pod_valid(namespace, str(r.get("name")), str(r.get("uid")))
         ]
         finalizers = meta.get("finalizers") or []
-        if len(valid) < len(reserved):
+        # A claim allocated but no longer reserved (or never) that is being deleted: clear
+        # its allocation so that the finalizer can go (upstream's "else if" branch).
+        deleting_allocated = (
+            not valid
+            and bool(meta.get("deletionTimestamp"))
+            and DELETE_PROTECTION_FINALIZER in finalizers
+            and status.get("allocation") is not None
+        )
+        if len(valid) < len(reserved) or deleting_allocated:
             body = dict(claim)
             body["status"] = {**status, "reservedFor": valid}
             if not valid:

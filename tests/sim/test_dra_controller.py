@@ -215,3 +215,13 @@ async def test_generated_claim_of_done_pod_is_deleted(kube: Kube) -> None:
     )
     await wait_gone(kube, f"{CLAIMS}/{claim['metadata']['name']}")
     assert (await kube.get(f"{PODS}/p"))["status"]["phase"] == "Failed"
+
+
+async def test_an_allocated_claim_never_reserved_is_deallocated_when_deleted(kube: Kube) -> None:
+    """Allocated, then no consumer reserved it (a scheduler stopped between the two writes),
+    then deleted: the controller clears the allocation and the finalizer, and it goes."""
+    claim = await kube.create(CLAIMS, {"metadata": {"name": "unused"}, "spec": REQUESTS})
+    allocated = await allocate(kube, claim)
+    assert allocated["status"]["allocation"]
+    await kube.delete(f"{CLAIMS}/unused")
+    await wait_gone(kube, f"{CLAIMS}/unused")
