@@ -292,9 +292,17 @@ class Selector:
         return Match(bool(result))
 
 
+_MAX_MESSAGE: Final = 200
+"""Characters of a CEL error kept in a message (cel-python may append the whole activation)."""
+
+
 def _message(exc: BaseException) -> str:
+    """The error's first line, at most :data:`_MAX_MESSAGE` characters (it goes on a claim's
+    status and a pod's Event, where the device dump cel-python adds helps nobody)."""
     args = exc.args
-    return str(args[0]) if args else type(exc).__name__
+    text = str(args[0]) if args else type(exc).__name__
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return first if len(first) <= _MAX_MESSAGE else first[: _MAX_MESSAGE - 3] + "..."
 
 
 @functools.lru_cache(maxsize=4096)

@@ -134,3 +134,22 @@ def test_package_exports() -> None:
         assert sorted(module.__all__) == sorted(set(module.__all__))
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f'{D}.productName.split(" ") == []',  # a function cel-python lacks
+        f"{D}.missing == 1",
+        f"{D}.index / 0 == 1",
+    ],
+)
+def test_a_runtime_error_is_one_short_line(expression: str) -> None:
+    """It goes on the claim and the pod's Event: never the device dump cel-python appends."""
+    activation = device_activation(DRIVER, H100)
+    assert isinstance(activation, dict)
+    found = compile_selector(expression).matches(activation)
+    assert not found.matched
+    assert found.error is not None
+    assert "\n" not in found.error
+    assert len(found.error) <= 250
