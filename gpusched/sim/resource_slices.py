@@ -129,8 +129,6 @@ def _common(gpu: GPUDevice, inventory: GPUNodeInventory, kind: str) -> dict[str,
         "architecture": {"string": architecture},
         "driverVersion": {"version": _semver(inventory.driver_version)},
         "cudaDriverVersion": {"version": _semver(inventory.cuda_driver_version)},
-        "index": {"int": gpu.index},
-        "minor": {"int": gpu.index},
         "pcieBusID": {"string": gpu.pci_bus_id.lower()},
     }
     if capability:
@@ -141,6 +139,9 @@ def _common(gpu: GPUDevice, inventory: GPUNodeInventory, kind: str) -> dict[str,
 def _gpu_device(gpu: GPUDevice, inventory: GPUNodeInventory) -> dict[str, Any]:
     attrs = _common(gpu, inventory, "gpu")
     attrs["uuid"] = {"string": gpu.uuid}
+    attrs["index"] = {"int": gpu.index}
+    minor = gpu.minor_number if gpu.minor_number is not None else gpu.index
+    attrs["minor"] = {"int": minor}
     return {
         "name": device_name(gpu),
         "attributes": dict(sorted(attrs.items())),
@@ -148,10 +149,16 @@ def _gpu_device(gpu: GPUDevice, inventory: GPUNodeInventory) -> dict[str, Any]:
     }
 
 
-def _mig_device(gpu: GPUDevice, mig: MIGDevice, inventory: GPUNodeInventory) -> dict[str, Any]:
+def _mig_device(
+    gpu: GPUDevice, mig: MIGDevice, index: int, inventory: GPUNodeInventory
+) -> dict[str, Any]:
+    """As the driver's ``MigDeviceInfo.GetDevice``: ``index`` is the MIG device's own (its
+    place among its GPU's MIG devices), ``parentIndex`` its GPU's; no ``minor``."""
     attrs = _common(gpu, inventory, "mig")
     attrs["uuid"] = {"string": mig.uuid}
     attrs["parentUUID"] = {"string": gpu.uuid}
+    attrs["index"] = {"int": index}
+    attrs["parentIndex"] = {"int": gpu.index}
     attrs["profile"] = {"string": mig.profile}
     capacity: dict[str, Any] = {"memory": {"value": _binary_quantity(mig.memory_mib << 20)}}
     for i in range(mig.placement_start, min(mig.placement_end, MIG_MEMORY_SLICES)):
@@ -168,7 +175,9 @@ def resource_slice(inventory: GPUNodeInventory, generation: int = 1) -> dict[str
     devices: list[dict[str, Any]] = []
     for gpu in inventory.gpus:
         if gpu.mig_enabled:
-            devices.extend(_mig_device(gpu, mig, inventory) for mig in gpu.mig_devices)
+            devices.extend(
+                _mig_device(gpu, mig, i, inventory) for i, mig in enumerate(gpu.mig_devices)
+            )
         else:
             devices.append(_gpu_device(gpu, inventory))
     node = inventory.node_name

@@ -69,6 +69,10 @@ def test_mig_devices_replace_their_gpu() -> None:
         assert attrs["type"] == {"string": "mig"}
         assert attrs["uuid"] == {"string": mig.uuid}
         assert attrs["parentUUID"] == {"string": gpu.uuid}
+        # as k8s-dra-driver-gpu's MigDeviceInfo.GetDevice: its own index, its GPU's, no minor
+        assert attrs["index"] == {"int": gpu.mig_devices.index(mig)}
+        assert attrs["parentIndex"] == {"int": gpu.index}
+        assert "minor" not in attrs
         assert attrs["profile"] == {"string": mig.profile}
         slices = {f"memorySlice{i}" for i in range(mig.placement_start, mig.placement_end)}
         assert set(dev["capacity"]) == {"memory", *slices}
