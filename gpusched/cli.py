@@ -657,6 +657,8 @@ def _agent(args: argparse.Namespace) -> int:
         )
     if args.interval <= 0 or args.status_interval <= 0:
         raise UsageError("agent: --interval and --status-interval must be > 0 seconds")
+    if args.shared_replicas < 0:
+        raise UsageError("agent: --shared-replicas must be 0 (no sharing) or more")
     return asyncio.run(_run_agent(args, nvml, node))
 
 

@@ -65,6 +65,7 @@ def test_no_gpu_is_a_message_and_status_1() -> None:
         (["--fake-nvml", "no-such-cluster:n"], "no-such-cluster"),
         (["--fake-nvml", "mixed:system-000"], "has no GPUs"),
         (["--fake-nvml", "dgx-h100:dgx-h100-000", "--interval", "0"], "must be > 0"),
+        (["--fake-nvml", "dgx-h100:dgx-h100-000", "--shared-replicas", "-1"], "0 (no sharing)"),
     ],
 )
 def test_bad_input_is_a_message_and_status_2(args: list[str], message: str) -> None:
