@@ -364,15 +364,20 @@ def _device_request(request: Any, path: str) -> list[FieldError]:
     return errs
 
 
-def _constraint(c: Any, path: str, names: _RequestNames) -> list[FieldError]:
-    con = kinds._map(c)
-    errs = _validate_set(
-        kinds._list(con.get("requests")),
+def _request_refs(obj: Mapping[str, Any], path: str, names: _RequestNames) -> list[FieldError]:
+    """A constraint's or config's ``requests``: a set of names of the claim's requests."""
+    return _validate_set(
+        kinds._list(obj.get("requests")),
         DEVICE_REQUESTS_MAX,
         f"{path}.requests",
         lambda n, p: _request_ref(n, p, names),
         kinds._str,
     )
+
+
+def _constraint(c: Any, path: str, names: _RequestNames) -> list[FieldError]:
+    con = kinds._map(c)
+    errs = _request_refs(con, path, names)
     if con.get("matchAttribute") is not None:
         errs.extend(
             _fully_qualified_name(kinds._str(con["matchAttribute"]), f"{path}.matchAttribute")
@@ -406,14 +411,7 @@ def _opaque(config: Mapping[str, Any], path: str) -> list[FieldError]:
 
 def _claim_config(c: Any, path: str, names: _RequestNames) -> list[FieldError]:
     cfg = kinds._map(c)
-    errs = _validate_set(
-        kinds._list(cfg.get("requests")),
-        DEVICE_REQUESTS_MAX,
-        f"{path}.requests",
-        lambda n, p: _request_ref(n, p, names),
-        kinds._str,
-    )
-    return errs + _opaque(cfg, path)
+    return _request_refs(cfg, path, names) + _opaque(cfg, path)
 
 
 def validate_claim_spec(spec: Mapping[str, Any], path: str) -> list[FieldError]:
