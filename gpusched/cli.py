@@ -14,8 +14,9 @@
                          [--no-mig-fallback]
     gpusched webhook     --print-manifests [--output-dir DIR] [--failure-policy Ignore|Fail]
     gpusched agent       [--node-name N] [--kubeconfig K] [--interval S] [--allow-no-gpu]
-                         [--fake-nvml CLUSTER:NODE] [--metrics-port 10260]
+                         [--fake-nvml CLUSTER:NODE | --nvml-tape FILE] [--metrics-port 10260]
                          [--no-device-plugin | --device-plugin-dir D --shared-replicas N]
+    gpusched agent       --record-nvml FILE [--node-name N]
 
 ``gpusched scheduler`` serves ``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``
 on the metrics port. ``/readyz`` is 200 when the replica can do its part: without
@@ -51,6 +52,7 @@ import logging
 import signal
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpusched import __version__
@@ -246,6 +248,19 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="CLUSTER:NODE",
         help="replay a simulated node's GPUs instead of NVML (demos and tests)",
+    )
+    agent.add_argument(
+        "--nvml-tape",
+        default=None,
+        metavar="FILE",
+        help="replay a recorded node's NVML (a tape from --record-nvml) instead of NVML",
+    )
+    agent.add_argument(
+        "--record-nvml",
+        default=None,
+        metavar="FILE",
+        help="read this node's GPUs once, save every NVML answer to FILE (for a bug report, "
+        "or a test) and exit; connects to no cluster",
     )
     agent.add_argument("--metrics-port", type=int, default=10260)
     agent.add_argument(
@@ -643,8 +658,20 @@ def _agent(args: argparse.Namespace) -> int:
 
     nvml: object
     fake_node = None
+    if args.fake_nvml and args.nvml_tape:
+        raise UsageError("agent: give --fake-nvml or --nvml-tape, not both")
+    if args.record_nvml:
+        return _record_nvml(args)
     if args.fake_nvml:
         nvml, fake_node = _fake_nvml(args.fake_nvml)
+    elif args.nvml_tape:
+        from gpusched.agent.nvml_tape import ReplayNVML
+
+        try:
+            tape = ReplayNVML.load(Path(args.nvml_tape))
+        except ValueError as exc:
+            raise UsageError(f"--nvml-tape: {exc}") from None
+        nvml, fake_node = tape, tape.node_name or None
     else:
         import pynvml
 
@@ -660,6 +687,50 @@ def _agent(args: argparse.Namespace) -> int:
     if args.shared_replicas < 0:
         raise UsageError("agent: --shared-replicas must be 0 (no sharing) or more")
     return asyncio.run(_run_agent(args, nvml, node))
+
+
+def _record_nvml(args: argparse.Namespace) -> int:
+    """``--record-nvml FILE``: discovery and one reading through a recording NVML, saved."""
+    import os
+    import socket
+
+    import pynvml
+
+    from gpusched.agent.discovery import AgentError, discover
+    from gpusched.agent.health import XIDPolicy
+    from gpusched.agent.nvml_tape import RecordingNVML
+    from gpusched.agent.telemetry import NVMLMonitor
+
+    node = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+    out = Path(args.record_nvml)
+    recording = RecordingNVML(pynvml)
+    try:
+        try:
+            inventory = discover(recording, node)
+        except AgentError as exc:
+            print(f"gpusched agent: {exc}", file=sys.stderr)
+            return 1
+        monitor = NVMLMonitor(recording, inventory, XIDPolicy.from_env(os.environ))
+        monitor.open()
+        try:
+            readings = monitor.read()
+        finally:
+            monitor.close()
+    finally:
+        try:
+            recording.save(out, node)
+        except OSError as exc:
+            raise UsageError(f"--record-nvml: cannot write {out}: {exc}") from None
+    print(f"recorded {len(recording.calls)} NVML calls on node {node} to {out}")
+    for gpu, reading in zip(inventory.gpus, readings, strict=True):
+        print(
+            f"  GPU {gpu.index} {gpu.product} {gpu.memory_mib} MiB {gpu.uuid} "
+            f"{gpu.pci_bus_id} minor {gpu.minor_number} MIG {'on' if gpu.mig_enabled else 'off'}"
+            f" {reading.health}"
+        )
+    for link in inventory.links:
+        print(f"  link {link.a}-{link.b} {link.type} nvlinks {link.nvlinks} pcie {link.pcie}")
+    return 0
 
 
 def _no_gpu(exc: Exception, node: str) -> int:
