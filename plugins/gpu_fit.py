@@ -534,8 +534,9 @@ class GPUFit(
             _, read, error = memo
         else:
             error = None
+            claims = self._handle.claim_specs if self._handle is not None else None
             try:
-                read = read_gpu_request(pod)
+                read = read_gpu_request(pod, claims)
             except RequestError as exc:
                 read, error = None, str(exc)
             except (TypeError, AttributeError, ValueError) as exc:  # not a Pod the API stores

@@ -52,6 +52,7 @@ from .interfaces import (
     ActionType,
     BackgroundPlugin,
     BindPlugin,
+    ClaimSpecsPlugin,
     ClusterEvent,
     ClusterEventWithHint,
     EnqueueExtensions,
@@ -489,6 +490,15 @@ class Framework:
                 + ")",
             )
         self._group: PodGroupPlugin | None = groups[0] if groups else None
+        claim_specs = [p for p in enabled if isinstance(p, ClaimSpecsPlugin)]
+        if len(claim_specs) > 1:
+            raise self._error(
+                "plugins",
+                "at most one GpuClaim plugin (ClaimSpecsPlugin) may be enabled per profile (got "
+                + ", ".join(p.NAME for p in claim_specs if isinstance(p, Plugin))
+                + ")",
+            )
+        self._claim_specs: ClaimSpecsPlugin | None = claim_specs[0] if claim_specs else None
         self._pod_handlers = tuple(p.on_pod for p in enabled if isinstance(p, PodEventHandler))
         self._informer_plugins = tuple(p for p in enabled if isinstance(p, InformerPlugin))
         self._background = tuple(p for p in enabled if isinstance(p, BackgroundPlugin))
@@ -732,6 +742,11 @@ class Framework:
         """The pod's group key from the profile's ``PodGroupPlugin``; ``None`` without one."""
         group = self._group
         return None if group is None else group.group_key(pod)
+
+    @property
+    def claim_specs(self) -> ClaimSpecsPlugin | None:
+        """The profile's ``ClaimSpecsPlugin`` (``Handle.claim_specs``); ``None`` without one."""
+        return self._claim_specs
 
     @property
     def group_plugin_name(self) -> str:
