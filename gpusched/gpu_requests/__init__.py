@@ -127,6 +127,9 @@ class GPURequest:
     """Whole GPUs: the set is connected over the NVLinks among its GPUs."""
     source: str = "gpusched"
     """The form it was read from: gpusched, nvidia, hami, kai, woolyai or gpuclaim."""
+    claim: str | None = None
+    """``namespace/name`` of the GpuClaim the request was read from, if any: messages about its
+    fields name the claim's fields, not the pod's annotations."""
 
 
 _READERS: Final = (woolyai, hami, kai, nvidia, gpuclaim, native)

@@ -96,6 +96,7 @@ def read(pod: PodView) -> Partial | None:
             "it appears"
         )
     partial = partial_from_spec(where, spec)
+    partial.give("claim", f"{pod.namespace}/{name}", f'{ANNOTATION}: "{text}"')
     _check_resources(pod, where, partial)
     return partial
 

@@ -5,6 +5,7 @@ the agent's case), the annotation is not read."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -111,13 +112,16 @@ ACCEPTED: list[tuple[str, dict[str, Any], GPURequest]] = [
 
 @pytest.mark.parametrize(("pod_", "want"), [a[1:] for a in ACCEPTED], ids=[a[0] for a in ACCEPTED])
 def test_accepted(claims: Claims, pod_: dict[str, Any], want: GPURequest) -> None:
-    assert read_gpu_request(pod_, claims) == want
+    got = read_gpu_request(pod_, claims)
+    assert got is not None
+    assert got.claim == f"default/{gpuclaim.claim_name(pod_)}"  # messages name its fields
+    assert dataclasses.replace(got, claim=None) == want
 
 
 def test_the_claim_of_the_pods_namespace() -> None:
     p = claimed("single", {GPU: "8"})
     p["metadata"]["namespace"] = "other"
-    assert read_gpu_request(p, Claims(SPECS)) == whole(8)
+    assert read_gpu_request(p, Claims(SPECS)) == whole(8, claim="other/single")
 
 
 REJECTED: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
