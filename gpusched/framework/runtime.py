@@ -940,14 +940,19 @@ class Framework:
         return SUCCESS
 
     def run_score(
-        self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]
+        self,
+        state: CycleState,
+        pod: Pod,
+        nodes: Sequence[NodeInfo],
+        breakdown: dict[str, list[int]] | None = None,
     ) -> tuple[list[NodeScore], Status]:
         """Each node's weighted total score, in the order of ``nodes``.
 
         For each Score plugin not in ``state.skip_score_plugins``: score every node, normalise
         (if the plugin has ``ScoreExtensions``), check each score is in 0..100, add
         ``score x weight`` to the node's total. Any failure is an Error and ``[]``.
-        O(score plugins x nodes).
+        ``breakdown`` (``gpusched explain``) receives each plugin's weighted scores, in the
+        order of ``nodes``. O(score plugins x nodes).
         """
         skip = state.skip_score_plugins
         totals = [0] * len(nodes)
@@ -958,6 +963,8 @@ class Framework:
             ):
                 if skip and name in skip:
                     continue
+                if breakdown is not None:
+                    before = list(totals)
                 if normalize is None:  # the common case, kept tight
                     for i, node_info in enumerate(nodes):
                         value, status = score(state, pod, node_info)
@@ -966,6 +973,8 @@ class Framework:
                         if value < MIN_NODE_SCORE or value > MAX_NODE_SCORE:
                             return [], _out_of_range(name, node_info.name, value, False)
                         totals[i] += value * weight
+                    if breakdown is not None:
+                        breakdown[name] = [t - b for t, b in zip(totals, before, strict=True)]
                     continue
                 scores: list[NodeScore] = []
                 for node_info in nodes:
@@ -981,6 +990,8 @@ class Framework:
                     if value < MIN_NODE_SCORE or value > MAX_NODE_SCORE:
                         return [], _out_of_range(name, node_score.name, value, True)
                     totals[i] += value * weight
+                if breakdown is not None:
+                    breakdown[name] = [t - b for t, b in zip(totals, before, strict=True)]
         except Exception as exc:
             return [], _raised("Score", name, exc)
         return [NodeScore(n.name, t) for n, t in zip(nodes, totals, strict=True)], SUCCESS
