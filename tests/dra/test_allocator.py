@@ -24,7 +24,7 @@ from gpusched.topology import GPUTopology
 
 DRIVER = "gpu.nvidia.com"
 NODE = "node-a"
-GPU_CLASS = {
+GPU_CLASS: dict[str, Any] = {
     "metadata": {"name": "gpu.nvidia.com"},
     "spec": {
         "selectors": [
@@ -38,7 +38,7 @@ GPU_CLASS = {
         "config": [{"opaque": {"driver": DRIVER, "parameters": {"sharing": "none"}}}],
     },
 }
-MIG_CLASS = {
+MIG_CLASS: dict[str, Any] = {
     "metadata": {"name": "mig.nvidia.com"},
     "spec": {
         "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].type == 'mig'"}}]
