@@ -32,9 +32,10 @@ each claim's ``status.allocation`` out, or why not. No I/O, no asyncio, never aw
   the requirements of the node-selector slices used (one term), else none.
 - **Topology**: among the sets that satisfy a request, the best by gpusched's NVLink ranking
   (:mod:`gpusched.topology.selection`: most NVLinks, then PCIe proximity, then least cut from
-  the free devices left), with each device mapped to its GPU through its ``index`` (GPUs) or
-  ``parentIndex`` / ``parentUUID`` (MIG devices) or ``uuid`` attribute and the node's
-  ``GPUNodeInventory``. Without an inventory all sets rank equal (first in device order).
+  the free devices left), with each device mapped to its GPU through its ``uuid`` (GPUs) or
+  ``parentUUID`` (MIG devices) attribute and the node's ``GPUNodeInventory`` (NVIDIA's
+  driver publishes these; an ``index`` / ``parentIndex``, as older versions published, is
+  read first). Without an inventory all sets rank equal (first in device order).
   The preference is per request, in request order: an earlier request's best set is not
   traded for a later one's.
 
