@@ -14,9 +14,12 @@ each claim's ``status.allocation`` out, or why not. No I/O, no asyncio, never aw
   (``allocated``: a set of ``(driver, pool, device)`` or a predicate, the seam for
   gpusched's ledger of devices held by non-DRA pods; :func:`allocated_devices` reads it from
   claims) are skipped, except by admin access: an ``adminAccess`` request may take devices
-  in use, and its results count as nobody's use. Per-device node selection
-  (``perDeviceNodeSelection``) and counters (``sharedCounters`` / ``consumesCounters``) are
-  not read: such slices are left out, as by an upstream scheduler without those features.
+  in use, and its results count as nobody's use. Counters (partitionable devices): a device
+  that ``consumesCounters`` of its pool's ``sharedCounters`` is allocated only while what it
+  consumes is left, after the devices already allocated and those this call picks (admin
+  access consumes nothing); a counter set the pool lacks makes its devices unallocatable.
+  Per-device node selection (``perDeviceNodeSelection``) is not read: such slices are left
+  out, as by an upstream scheduler without that feature.
 - **Requests**: ``exactly`` (``ExactCount`` with ``count``, default 1, or ``All``: every
   matching device, all of them free, at least one) or ``firstAvailable`` (the first
   subrequest that can be satisfied, result request ``"req/sub"``). A device matches when
@@ -65,10 +68,12 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Final, TypeAlias
 
 from gpusched.inventory import GPUNodeInventory
 from gpusched.plugins.node_affinity import NodeSelector
+from gpusched.quantity import parse_quantity
 from gpusched.topology import GPUTopology, link_score_of
 from gpusched.topology.selection import greedy_gpu_set
 
@@ -89,6 +94,8 @@ __all__ = [
 
 DeviceID: TypeAlias = tuple[str, str, str]
 """``(driver, pool, device)``: a device's name in an allocation result."""
+_Counter: TypeAlias = tuple[str, str, str, str]
+"""``(driver, pool, counter set, counter)``."""
 Allocated: TypeAlias = Collection[DeviceID] | Callable[[DeviceID], bool]
 """Devices that are taken: a collection, or a predicate (gpusched's ledger)."""
 MatchCache: TypeAlias = MutableMapping[tuple[str, DeviceID, str], bool]
@@ -133,6 +140,8 @@ class _Device:
     node_local: bool
     node_selector: Mapping[str, Any] | None = None
     """The slice's ``nodeSelector`` (a slice for a set of nodes)."""
+    consumes: tuple[tuple[_Counter, Fraction], ...] = ()
+    """What it takes of its pool's shared counters."""
     gpu: int | None = None
 
 
@@ -180,6 +189,8 @@ class _Search:
     """No pair scores at all (no inventory, or no device mapped to a GPU)."""
     steps: int = 0
     used: set[int] = field(default_factory=set)
+    left: dict[_Counter, Fraction] = field(default_factory=dict)
+    """Shared counters not consumed yet (by allocated devices, then by this search's)."""
     shared: MatchCache = field(default_factory=dict)
     """CEL verdicts: the caller's :data:`MatchCache`, else one for this call."""
     activations: dict[int, dict[str, Any] | str] = field(default_factory=dict)
@@ -323,10 +334,19 @@ def _slice_applies(spec: Mapping[str, Any], node_name: str, node_labels: Mapping
 
 @dataclass(slots=True)
 class _Pools:
-    """Why pools are left out of, or only partly in, the devices (module docstring)."""
+    """Why pools are left out of, or only partly in, the devices (module docstring), and
+    their shared counters."""
 
     incomplete: list[str] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
+    counters: dict[_Counter, Fraction] = field(default_factory=dict)
+
+
+def _amount(value: Any) -> Fraction:
+    try:
+        return parse_quantity(str((value or {}).get("value", "0")))
+    except ValueError:
+        return Fraction(0)
 
 
 def _pool_devices(
@@ -369,6 +389,12 @@ def _pool_devices(
             )
             continue
         for item in items:
+            for counter_set in item["spec"].get("sharedCounters") or ():
+                for name, value in (counter_set.get("counters") or {}).items():
+                    pools.counters[(driver, pool, counter_set.get("name", ""), name)] = _amount(
+                        value
+                    )
+        for item in items:
             spec = item["spec"]
             for raw in spec.get("devices") or ():
                 body = raw.get("basic", raw)
@@ -388,6 +414,11 @@ def _pool_devices(
                         attributes=attributes,
                         node_local=bool(spec.get("nodeName")),
                         node_selector=spec.get("nodeSelector"),
+                        consumes=tuple(
+                            ((driver, pool, use.get("counterSet", ""), name), _amount(value))
+                            for use in body.get("consumesCounters") or ()
+                            for name, value in (use.get("counters") or {}).items()
+                        ),
                         gpu=None
                         if inventory is None
                         else _gpu_index(attributes, len(inventory.gpus), by_uuid),
@@ -495,6 +526,10 @@ def allocate(
         max_candidates=max(1, max_candidates),
         max_steps=max_steps,
     )
+    search.left = dict(pools.counters)
+    for device in devices:
+        if device.consumes and search.taken(device.id):
+            _consume(search.left, device, 1)
     constraints = [
         [
             _Constraint(
@@ -577,14 +612,38 @@ def _place(
             if held + len(ids) > MAX_RESULTS or not _bind(search, ids, applicable):
                 continue
             if not alt.admin:
+                if not _fits(search, ids):
+                    _unbind(ids, applicable)
+                    continue
                 search.used.update(ids)
+                for i in ids:
+                    _consume(search.left, search.devices[i], 1)
             chosen.append((request, alt, ids))
             if _place(search, requests, at + 1, constraints, chosen):
                 return True
             chosen.pop()
-            search.used.difference_update(ids)
+            if not alt.admin:
+                search.used.difference_update(ids)
+                for i in ids:
+                    _consume(search.left, search.devices[i], -1)
             _unbind(ids, applicable)
     return False
+
+
+def _consume(left: dict[_Counter, Fraction], device: _Device, sign: int) -> None:
+    for key, amount in device.consumes:
+        if key in left:
+            left[key] -= sign * amount
+
+
+def _fits(search: _Search, ids: tuple[int, ...]) -> bool:
+    """Whether the shared counters left cover what ``ids`` consume (a counter their pool
+    does not declare covers nothing). O(counters consumed)."""
+    need: dict[_Counter, Fraction] = {}
+    for i in ids:
+        for key, amount in search.devices[i].consumes:
+            need[key] = need.get(key, Fraction(0)) + amount
+    return all(key in search.left and search.left[key] >= amount for key, amount in need.items())
 
 
 def _grouped(

@@ -904,3 +904,87 @@ def test_admin_access_takes_devices_in_use_and_is_no_use() -> None:
     )
     assert isinstance(all_admin, Allocation)
     assert len(all_admin.allocations[0]["devices"]["results"]) == 3
+
+
+def partition(name: str, memory: str, counter_set: str = "gpu-0-counters") -> dict[str, Any]:
+    """A partitionable device (as dynamic MIG publishes them): it consumes shared counters."""
+    device = gpu(0, memory=memory)
+    device["name"] = name
+    device["consumesCounters"] = [
+        {"counterSet": counter_set, "counters": {"memory": {"value": memory}}}
+    ]
+    return device
+
+
+def counter_pool(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    counters = slice_of([])
+    del counters["spec"]["devices"]
+    counters["spec"]["sharedCounters"] = [
+        {"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}
+    ]
+    with_devices = slice_of(devices)
+    for item in (counters, with_devices):
+        item["spec"]["pool"]["resourceSliceCount"] = 2
+    return [counters, with_devices]
+
+
+WHOLE, HALF_A, HALF_B = (
+    partition("whole", "80Gi"),
+    partition("half-a", "40Gi"),
+    partition("half-b", "40Gi"),
+)
+
+
+@pytest.mark.parametrize(
+    ("requests", "held", "admin", "want"),
+    [
+        pytest.param([exactly("r", 2)], set(), False, ["half-a", "half-b"], id="two-halves"),
+        pytest.param([exactly("r", 3)], set(), False, None, id="whole-and-half-overflow"),
+        pytest.param([exactly("r")], {"whole"}, False, None, id="whole-held-no-half"),
+        pytest.param([exactly("r")], {"half-a"}, False, ["half-b"], id="one-half-held"),
+        pytest.param(
+            [
+                exactly(
+                    "r",
+                    1,
+                    "gpu.nvidia.com",
+                    "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('80Gi')) == 0",
+                    admin=True,
+                )
+            ],
+            {"half-a", "half-b"},
+            True,
+            ["whole"],
+            id="admin-access-consumes-nothing",
+        ),
+    ],
+)
+def test_shared_counters(
+    requests: list[dict[str, Any]], held: set[str], admin: bool, want: list[str] | None
+) -> None:
+    """Upstream's partitionable devices: what devices consume of their pool's counters
+    may not exceed them, counting devices already allocated."""
+    found = allocate(
+        [claim(*requests)],
+        node_name=NODE,
+        slices=counter_pool([WHOLE, HALF_A, HALF_B]),
+        classes=CLASSES,
+        allocated={(DRIVER, NODE, name) for name in held},
+        allow_admin_access=admin,
+    )
+    if want is None:
+        assert isinstance(found, Unallocatable)
+        return
+    assert isinstance(found, Allocation)
+    assert sorted(r["device"] for r in found.allocations[0]["devices"]["results"]) == want
+
+
+def test_a_counter_set_the_pool_lacks_makes_devices_unallocatable() -> None:
+    orphan = partition("orphan", "10Gi", counter_set="missing")
+    found = allocate(
+        [claim(exactly("r"))],
+        node_name=NODE,
+        slices=counter_pool([orphan]),
+        classes=CLASSES,
+    )
+    assert isinstance(found, Unallocatable)
