@@ -209,7 +209,10 @@ _NUMBERS: Final = (celtypes.IntType, celtypes.UintType, celtypes.DoubleType)
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, _NUMBERS) and not isinstance(value, celtypes.BoolType)
+    """int, uint or double (celtypes' arithmetic may hand back plain Python numbers)."""
+    return isinstance(value, (*_NUMBERS, int, float)) and not isinstance(
+        value, (celtypes.BoolType, bool)
+    )
 
 
 def _plain(number: Any) -> Fraction:
@@ -270,6 +273,17 @@ def _eq(a: Any, b: Any) -> Any:
     if isinstance(b, CELEvalError):
         return b
     return celtypes.BoolType(_equal(a, b))
+
+
+def _in(item: Any, container: Any) -> Any:
+    """``in``: list membership by CEL equality (so ``1 in [1.0]``), map keys as keys."""
+    if isinstance(item, CELEvalError):
+        return item
+    if isinstance(container, celtypes.ListType):
+        return celtypes.BoolType(any(_equal(item, x) for x in container))
+    if isinstance(container, celtypes.MapType):
+        return celtypes.BoolType(item in container)
+    raise TypeError(f"no such overload: in {type(container).__name__}")
 
 
 def _ne(a: Any, b: Any) -> Any:
@@ -450,10 +464,13 @@ def _list(value: Any) -> celtypes.ListType:
 
 def _sum(items: Any) -> Any:
     values = _list(items)
-    total: Any = values[0] if values else celtypes.IntType(0)
+    if not values:
+        return celtypes.IntType(0)
+    total: Any = values[0]
     for value in values[1:]:
         total = total + value
-    return total
+    kind: Callable[[Any], Any] = type(values[0])
+    return kind(total)
 
 
 def _max(items: Any) -> Any:
@@ -605,6 +622,7 @@ _FUNCTIONS: Final[dict[str, Any]] = {
     "_<=_": _relation(lambda c: c <= 0),
     "_>_": _relation(lambda c: c > 0),
     "_>=_": _relation(lambda c: c >= 0),
+    "_in_": _in,
     "_[_]": _index,
     # quantity
     "quantity": _quantity,

@@ -67,6 +67,7 @@ CASES: list[tuple[str, bool, str | None]] = [
     (f"{D}.index == 'zero'", False, None),
     (f"{D}.index != 'zero' && {D}.mig != 0", True, None),
     (f"{D}.index < 'one'", False, "no matching overload"),
+    (f"{D}.index in [0.0, 1.0] && !('a' in [0])", True, None),
     # missing attributes, as upstream: unknown domain = empty map, unknown id = error
     ('has(device.attributes["other.com"].x)', False, None),
     (f"has({D}.uuid)", False, None),
@@ -98,6 +99,8 @@ CASES: list[tuple[str, bool, str | None]] = [
     (f"{D}.productName.substring(7, 99) == ''", False, "index out of range"),
     # Lists, Regex, sets libraries, cel.bind
     ("[3, 1, 2].max() == 3 && [1, 2].sum() == 3 && [1, 2, 2].isSorted()", True, None),
+    ("[1.5, 2.5].sum() == 4.0 && [].sum() == 0 && ![2, 1].isSorted()", True, None),
+    ("[].max() == 1", False, "max called on empty list"),
     ("[1, 2, 3].indexOf(2) == 1 && [1, 2, 2].lastIndexOf(2) == 2", True, None),
     (f"{D}.productName.find('[0-9]+GB') == '80GB'", True, None),
     (f"{D}.productName.findAll('[0-9]+').size() == 3", True, None),
