@@ -391,25 +391,32 @@ def _char_at(s: Any, index: Any) -> Any:
     return celtypes.StringType(text[i : i + 1])
 
 
-def _index_of(target: Any, item: Any, offset: Any = 0) -> Any:
+def _index_of(target: Any, item: Any, *offset: Any) -> Any:
     if isinstance(target, celtypes.ListType):  # the Lists library
         found = [i for i, x in enumerate(target) if _equal(x, item)]
         return celtypes.IntType(found[0] if found else -1)
-    text, start = _string(target), int(offset)
-    if not 0 <= start <= len(text):
+    text, sub = _string(target), _string(item)
+    start = int(offset[0]) if offset else 0
+    if sub == "":
+        return celtypes.IntType(start)
+    if offset and not 0 <= start < len(text):
         return _error(f"index out of range: {start}")
-    return celtypes.IntType(text.find(_string(item), start))
+    return celtypes.IntType(text.find(sub, start))
 
 
 def _last_index_of(target: Any, item: Any, *offset: Any) -> Any:
     if isinstance(target, celtypes.ListType):
         found = [i for i, x in enumerate(target) if _equal(x, item)]
         return celtypes.IntType(found[-1] if found else -1)
-    text = _string(target)
-    end = int(offset[0]) if offset else len(text)
-    if not 0 <= end <= len(text):
+    text, sub = _string(target), _string(item)
+    if not offset:
+        return celtypes.IntType(text.rfind(sub))
+    end = int(offset[0])
+    if sub == "":
+        return celtypes.IntType(end)
+    if not 0 <= end < len(text):
         return _error(f"index out of range: {end}")
-    return celtypes.IntType(text.rfind(_string(item), 0, end + len(_string(item))))
+    return celtypes.IntType(text.rfind(sub, 0, end + len(sub)))
 
 
 def _ascii(convert: Callable[[str], str]) -> Callable[[Any], celtypes.StringType]:
@@ -437,8 +444,11 @@ def _split(s: Any, separator: Any, limit: Any = -1) -> Any:
 def _substring(s: Any, start: Any, *end: Any) -> Any:
     text, i = _string(s), int(start)
     j = int(end[0]) if end else len(text)
-    if not 0 <= i <= j <= len(text):
-        return _error(f"index out of range: {i}..{j}")
+    if i > j:
+        return _error(f"invalid substring range. start: {i}, end: {j}")
+    for index in (i, j):
+        if not 0 <= index <= len(text):
+            return _error(f"index out of range: {index}")
     return celtypes.StringType(text[i:j])
 
 
@@ -448,9 +458,24 @@ def _join(items: Any, separator: Any = "") -> celtypes.StringType:
     return celtypes.StringType(str(separator).join(_string(x) for x in items))
 
 
+_QUOTE: Final = str.maketrans(
+    {
+        "\a": "\\a",
+        "\b": "\\b",
+        "\f": "\\f",
+        "\n": "\\n",
+        "\r": "\\r",
+        "\t": "\\t",
+        "\v": "\\v",
+        "\\": "\\\\",
+        '"': '\\"',
+    }
+)
+
+
 def _quote(namespace: Any, s: Any) -> celtypes.StringType:
-    escaped = _string(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return celtypes.StringType(f'"{escaped}"')
+    """``strings.quote``: CEL's escape sequences written out, in double quotes."""
+    return celtypes.StringType('"' + _string(s).translate(_QUOTE) + '"')
 
 
 # Kubernetes Lists and Regex libraries

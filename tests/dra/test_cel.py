@@ -10,6 +10,7 @@ from gpusched.dra.cel import (
     COST_EXCEEDED,
     MAX_COST,
     MAX_EXPRESSION_LENGTH,
+    Match,
     compile_selector,
     device_activation,
 )
@@ -253,3 +254,42 @@ def test_over_cost_estimate_is_flagged() -> None:
     assert selector.too_expensive
     assert selector.cost > MAX_COST
     assert not compile_selector("device.driver == 'a'").too_expensive
+
+
+@pytest.mark.parametrize(
+    ("expression", "error"),
+    [
+        # cel-go's ext/strings.go examples, each as `example == result`
+        ("'hello mellow'.indexOf('') == 0", None),
+        ("'hello mellow'.indexOf('', 2) == 2", None),
+        ("'hello mellow'.indexOf('ello', 2) == 7", None),
+        ("'hello mellow'.indexOf('ello', 20) == -1", "index out of range: 20"),
+        ("'hello mellow'.lastIndexOf('') == 12", None),
+        ("'hello mellow'.lastIndexOf('ello', 6) == 1", None),
+        ("'hello mellow'.lastIndexOf('ello', -1) == -1", "index out of range: -1"),
+        ("'hello'.charAt(4) == 'o' && 'hello'.charAt(5) == ''", None),
+        ("'hello'.charAt(-1) == ''", "index out of range: -1"),
+        ("'hello hello'.replace('he', 'we', 0) == 'hello hello'", None),
+        ("'hello hello hello'.split(' ', 0) == []", None),
+        ("'hello hello hello'.split(' ', 2) == ['hello', 'hello hello']", None),
+        ("'tacocat'.substring(4) == 'cat' && 'tacocat'.substring(0, 4) == 'taco'", None),
+        ("'tacocat'.substring(2, 1) == ''", "invalid substring range. start: 2, end: 1"),
+        ("'  \\ttrim\\n    '.trim() == 'trim'", None),
+        ("'TacoCÆt Xii'.lowerAscii() == 'tacocÆt xii'", None),
+        ("'TacoCÆt Xii'.upperAscii() == 'TACOCÆT XII'", None),
+        ("['hello', 'mellow'].join() == 'hellomellow' && [].join('/') == ''", None),
+        (
+            "strings.quote('single-quote with \"double quote\"') == "
+            '\'"single-quote with \\\\"double quote\\\\""\'',
+            None,
+        ),
+    ],
+)
+def test_ext_strings_as_cel_go_documents(expression: str, error: str | None) -> None:
+    activation = device_activation(DRIVER, H100)
+    assert isinstance(activation, dict)
+    found = compile_selector(expression).matches(activation)
+    if error is None:
+        assert found == Match(True)
+    else:
+        assert found.error == f"CEL runtime error: {error}"
