@@ -320,6 +320,8 @@ def _normalize_semver(text: str) -> str:
     if found is None:
         return text
     major, minor, patch, rest = found.groups()
+    if patch is None and rest:
+        return text  # "short version cannot contain PreRelease/Build meta data"
     numbers = ".".join(str(int(p or 0)) for p in (major, minor, patch))
     return numbers + (rest or "")
 

@@ -47,6 +47,7 @@ CASES: list[tuple[str, bool, str | None]] = [
     (f"{D}.driverVersion == semver('550.54.15')", True, None),
     (f"{D}.driverVersion.isGreaterThan(semver('v550.1', true))", True, None),
     ("isSemver('1.2.3') && !isSemver('1.2') && isSemver('v1.2', true)", True, None),
+    ("semver('01.01.01', true) == semver('1.1.1') && !isSemver('1.0-rc1', true)", True, None),
     (f"{D}.driverVersion.isGreaterThan(semver('1.2'))", False, "invalid semantic version"),
     (f"{D}.driverVersion < semver('600.0.0')", False, "no matching overload"),
     # quantities compare by method, exactly
