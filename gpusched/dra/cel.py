@@ -31,8 +31,9 @@ function ("undeclared reference to 'x' (in container '')"), a literal result tha
 bool, and an estimated cost over 1,000,000 (:func:`estimate_cost`: the parse tree's
 operations, a comprehension's body times what it iterates, a literal list's length else 32,
 upstream's bound on every map a device offers). Upstream functions cel-python lacks here
-(``url``, ``ip``, ``cidr``, ``format``, two-variable comprehensions, ``optMap``...) compile,
-as upstream, and fail at evaluation with a message saying so.
+(``url``, ``ip``, ``cidr``, ``format``, quantity ``mul``/``div``, two-variable
+comprehensions, ``optMap``...) compile, as upstream, and fail at evaluation with a message
+saying so.
 
 **Evaluate** (:meth:`Selector.matches`, never raises) counts the operations it runs and stops
 at the runtime cost limit (cel-go's ``CostLimit``, upstream's 1,000,000, or the caller's) with
@@ -40,7 +41,9 @@ at the runtime cost limit (cel-go's ``CostLimit``, upstream's 1,000,000, or the 
 bool, is a message the caller (the allocator, then the claim's status) reports.
 
 Not as cel-go: there is no type checker, so type errors other than those above show at
-evaluation, on the device that triggers them; string functions cost one operation whatever
+evaluation, on the device that triggers them (and ``1 == 'a'`` between literals, a compile
+error there, is false here); optional list and map literals (``[?x]``, ``{?k: v}``) are not
+parsed; string functions cost one operation whatever
 their length. Costs: compiling is O(expression length); evaluating O(operations), about
 15 µs each on cel-python (a class's selector, ~10 operations, takes 0.2 ms; one at the
 runtime limit would take ~15 s, which is why the estimate refuses expensive ones first),
@@ -622,6 +625,9 @@ _UNSUPPORTED: Final = frozenset(
         "prefixLength",
         "masked",
         "format",
+        "mul",
+        "div",
+        "divInt",
         "optMap",
         "optFlatMap",
         "existsOne",
