@@ -72,7 +72,7 @@ from fractions import Fraction
 from typing import Any, Final, TypeAlias
 
 from gpusched.inventory import GPUNodeInventory
-from gpusched.plugins.node_affinity import NodeSelector
+from gpusched.node_selector import NodeSelector
 from gpusched.quantity import parse_quantity
 from gpusched.topology import GPUTopology, link_score_of
 from gpusched.topology.selection import greedy_gpu_set

@@ -847,8 +847,14 @@ class _Runner(celpy.InterpretedRunner):
         return _Evaluator(self.ast, self.new_activation(), _Budget(cost_limit)).evaluate(context)
 
 
-_ENV = celpy.Environment(runner_class=_Runner)
-_ENV.cel_parser = _Parser()
+@functools.cache
+def _env() -> celpy.Environment:
+    """The environment, built on first use: its Lark parser takes ~0.2 s to build, which a
+    process that never compiles a selector (most CLI commands) should not pay at import."""
+    env = celpy.Environment(runner_class=_Runner)
+    env.cel_parser = _Parser()
+    return env
+
 
 # ---------------------------------------------------------------------------------------------
 # Activation
@@ -1063,7 +1069,7 @@ def compile_selector(expression: str) -> Selector:
             f"more than {MAX_EXPRESSION_LENGTH}",
         )
     try:
-        tree = _ENV.compile(expression)
+        tree = _env().compile(expression)
     except Exception as exc:  # CELParseError, or lark's own
         line, column = getattr(exc, "line", None), getattr(exc, "column", None)
         where = f" at line {line}, column {column}" if line is not None else ""
@@ -1084,7 +1090,7 @@ def compile_selector(expression: str) -> Selector:
             cost,
         )
     try:
-        program = _ENV.program(tree, functions=_FUNCTIONS)
+        program = _env().program(tree, functions=_FUNCTIONS)
     except Exception as exc:
         return _failed(expression, f"compilation failed: {_message(exc)}", cost)
     return Selector(expression, program, cost)
