@@ -913,6 +913,9 @@ async def _run_scheduler(args: argparse.Namespace, stop: asyncio.Event) -> int:
             return scheduler.ready.is_set()
         return elector.lease_readable
 
+    metrics.leader.labels(config.leader_election.resource_name).set_function(
+        lambda: float(elector is None or elector.is_leader)
+    )
     ops = OperationsServer(metrics, ready)
     await ops.start(port=args.metrics_port)
     print(
