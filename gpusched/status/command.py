@@ -35,7 +35,15 @@ from gpusched.kube.reflector import Reflector
 from gpusched.status.model import POOL_LABELS, ClusterStatus, build_status
 from gpusched.status.render import Output, render
 
-__all__ = ["StatusError", "StatusOptions", "collect", "main", "resolve_kubeconfig", "run"]
+__all__ = [
+    "StatusError",
+    "StatusOptions",
+    "collect",
+    "main",
+    "resolve_kubeconfig",
+    "run",
+    "use_color",
+]
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +238,8 @@ async def collect(kube: Kube, options: StatusOptions) -> ClusterStatus:
     return cluster.status()
 
 
-def _color(options: StatusOptions, out: IO[str], env: Mapping[str, str]) -> bool:
+def use_color(options: StatusOptions, out: IO[str], env: Mapping[str, str]) -> bool:
+    """``--color`` as given, else on a terminal unless ``NO_COLOR`` is set or ``TERM=dumb``."""
     if options.color is not None:
         return options.color
     return out.isatty() and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
@@ -249,7 +258,7 @@ async def run(
     """
     out = out or sys.stdout
     env = os.environ if env is None else env
-    color = _color(options, out, env)
+    color = use_color(options, out, env)
     kube = await _connect(options, env)
     try:
         cluster = Cluster(kube, options)

@@ -256,3 +256,36 @@ def test_kubeconfig_found_as_kubectl_finds_it(
         return
     want = str(home / ".kube" / "config") if expected == "HOME" else expected
     assert resolve_kubeconfig(flag, env, home) == want
+
+
+@pytest.mark.simonly
+async def test_one_list_per_kind_and_nothing_else() -> None:
+    async with SimCluster("dgx-h100", kubelets=False) as sim:
+        before = sim.server.requests
+        out = io.StringIO()
+        assert await run(StatusOptions(kubeconfig=str(sim.kubeconfig_path)), out=out, env={}) == 0
+        assert sim.server.requests - before == 3  # nodes, gpunodeinventories, pods
+        assert "dgx-h100-003" in out.getvalue()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("color", "out", "env", "coloured"),
+    [
+        (None, _Terminal(), {}, True),
+        (None, _Terminal(), {"NO_COLOR": "1"}, False),
+        (None, _Terminal(), {"TERM": "dumb"}, False),
+        (None, io.StringIO(), {}, False),  # a pipe or a file
+        (True, io.StringIO(), {}, True),
+    ],
+)
+def test_colour_only_on_a_terminal_without_no_color(
+    color: bool | None, out: io.StringIO, env: dict[str, str], coloured: bool
+) -> None:
+    from gpusched.status.command import _color
+
+    assert use_color(StatusOptions(color=color), out, env) is coloured
