@@ -26,7 +26,13 @@ from scheduler_bed import WAIT, Bed, bound, open_bed
 
 from gpusched import cli
 from gpusched.sim import SimCluster
-from gpusched.status.command import StatusError, StatusOptions, resolve_kubeconfig, run
+from gpusched.status.command import (
+    StatusError,
+    StatusOptions,
+    resolve_kubeconfig,
+    run,
+    use_color,
+)
 
 
 @pytest.fixture
@@ -286,6 +292,4 @@ class _Terminal(io.StringIO):
 def test_colour_only_on_a_terminal_without_no_color(
     color: bool | None, out: io.StringIO, env: dict[str, str], coloured: bool
 ) -> None:
-    from gpusched.status.command import _color
-
     assert use_color(StatusOptions(color=color), out, env) is coloured
