@@ -30,7 +30,7 @@ Cost: O(nodes x GPUs + pods), one pass each; a request is read only for held and
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -584,7 +584,9 @@ def _node_state(
     )
 
 
-def _totals(states: Sequence[NodeState], key: Any) -> tuple[Totals, ...]:
+def _totals(
+    states: Sequence[NodeState], key: Callable[[NodeState, GPUState], str]
+) -> tuple[Totals, ...]:
     acc: dict[str, dict[str, int]] = {}
     used: dict[str, int | None] = {}
     for state in states:

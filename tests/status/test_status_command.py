@@ -91,7 +91,9 @@ async def test_status_shows_what_the_scheduler_placed(
     train = [line for line in lines if f"{ns}/train" in line]
     assert len(train) == 2
     assert all(" exclusive " in line for line in train)
-    assert train[0].split()[:3] == [h100, f"{bed.prefix}-dgx-h100", "Ready"]
+    # (On a real cluster the fake nodes, which no kubelet runs, turn NotReady after ~40 s.)
+    ready = "Ready" if target.is_sim else train[0].split()[2]
+    assert train[0].split()[:3] == [h100, f"{bed.prefix}-dgx-h100", ready]
     (infer,) = [line for line in lines if f"{ns}/infer" in line]
     assert " shared " in infer
     assert "10.0/79.6 GiB" in infer
@@ -293,3 +295,82 @@ def test_colour_only_on_a_terminal_without_no_color(
     color: bool | None, out: io.StringIO, env: dict[str, str], coloured: bool
 ) -> None:
     assert use_color(StatusOptions(color=color), out, env) is coloured
+
+
+@pytest.mark.simonly
+async def test_a_namespace_reader_sees_its_namespace_and_is_told_so(tmp_path: Path) -> None:
+    async with SimCluster("dgx-h100", kubelets=False) as sim:
+        kube = sim.kube
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        await kube.create(
+            "/api/v1/namespaces/default/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "dev"}},
+        )
+        subject = [{"kind": "ServiceAccount", "name": "dev", "namespace": "default"}]
+        await kube.create(
+            f"{rbac}/clusterroles",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "gpu-reader"},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+                    {
+                        "apiGroups": ["gpusched.io"],
+                        "resources": ["gpunodeinventories"],
+                        "verbs": ["list", "watch"],
+                    },
+                ],
+            },
+        )
+        await kube.create(
+            f"{rbac}/clusterrolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "dev-gpu-reader"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "gpu-reader",
+                },
+                "subjects": subject,
+            },
+        )
+        await kube.create(
+            f"{rbac}/namespaces/default/roles",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "pod-reader"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}],
+            },
+        )
+        await kube.create(
+            f"{rbac}/namespaces/default/rolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "dev-pods"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "pod-reader",
+                },
+                "subjects": subject,
+            },
+        )
+        dev = sim.write_kubeconfig(
+            tmp_path / "dev", token=sim.service_account_token("default", "dev")
+        )
+        out = io.StringIO()
+        options = StatusOptions(kubeconfig=str(dev), namespace="default", output="json")
+        assert await run(options, out=out, env={}) == 0
+        doc = json.loads(out.getvalue())
+        assert len(doc["nodes"]) == 4
+        (note,) = doc["notes"]
+        assert note.startswith("pods listed in namespace default only")
+        # Without -n the same user is told what it lacks.
+        code, message = await _run(StatusOptions(kubeconfig=str(dev)))
+        assert code == 1
+        assert message.startswith("forbidden: cannot list pods in all namespaces")
