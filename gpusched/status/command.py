@@ -23,7 +23,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
@@ -32,7 +32,7 @@ from gpusched.inventory import API_GROUP, CRD_NAME, PLURAL, VERSION
 from gpusched.kube.client import Kube, connect, resource_path
 from gpusched.kube.errors import APIError, APIForbidden, APIGone, APINotFound
 from gpusched.kube.reflector import Reflector
-from gpusched.status.model import POOL_LABELS, ClusterStatus, build_status
+from gpusched.status.model import POOL_LABELS, ClusterStatus, Memo, build_status
 from gpusched.status.render import Output, render
 
 __all__ = [
@@ -148,6 +148,7 @@ class Cluster:
         self.options = options
         self.changed = asyncio.Event()
         self.notes: list[str] = []
+        self.memo = Memo()
 
         def handler(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
             self.changed.set()
@@ -202,6 +203,7 @@ class Cluster:
             namespace=self.options.namespace,
             node=self.options.node,
             pool_labels=self.options.pool_labels,
+            memo=self.memo,
         )
         if self.notes:
             status = ClusterStatus(
@@ -252,26 +254,63 @@ async def run(
     env: Mapping[str, str] | None = None,
     stop: asyncio.Event | None = None,
 ) -> int:
-    """The command: print the status once, or follow it until ``stop`` (or a signal).
+    """The command: print the status once, or follow it until ``stop`` is set (``--watch``:
+    SIGINT and SIGTERM set it, from the start, so Ctrl-C at any point exits 0).
 
     Raises :class:`StatusError` for what it cannot do (module docstring).
     """
     out = out or sys.stdout
     env = os.environ if env is None else env
     color = use_color(options, out, env)
-    kube = await _connect(options, env)
-    try:
-        cluster = Cluster(kube, options)
-        await cluster.list()
-        text = render(cluster.status(), options.output, color=color)
-        out.write(text)
-        out.flush()
-        if not options.watch:
+    stop = stop or asyncio.Event()
+    with _stop_on_signals(stop) if options.watch else contextlib.nullcontext():
+        kube = await _connect(options, env)
+        try:
+            cluster = Cluster(kube, options)
+            if not await _unless_stopped(cluster.list(), stop):
+                return 0
+            text = render(cluster.status(), options.output, color=color)
+            out.write(text)
+            out.flush()
+            if options.watch:
+                await _watch(cluster, options, out, text, color, stop)
             return 0
-        await _watch(cluster, options, out, text, color, stop or asyncio.Event())
-        return 0
+        finally:
+            await kube.close()
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """While in the block, SIGINT and SIGTERM set ``stop`` (where the loop can take them)."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        yield
     finally:
-        await kube.close()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+async def _unless_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
+    """Await ``work``; False, with ``work`` cancelled, when ``stop`` is set first."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()  # its exception, if it raised
+    return True
 
 
 async def _watch(
@@ -283,12 +322,6 @@ async def _watch(
     stop: asyncio.Event,
 ) -> None:
     terminal = out.isatty()
-    loop = asyncio.get_running_loop()
-    installed = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
     reflectors = (cluster.nodes, cluster.inventories, cluster.pods)
     tasks = [asyncio.create_task(cluster.follow(r), name=f"status-{r.path}") for r in reflectors]
     stopped = asyncio.create_task(stop.wait(), name="status-stop")
@@ -318,8 +351,6 @@ async def _watch(
             out.write(text)
             out.flush()
     finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
         stopped.cancel()
         for task in tasks:
             task.cancel()

@@ -24,7 +24,10 @@ Bound GPU pods without a device record (placed by another scheduler, or asking
 ``otherPods``. Totals per GPU product and per pool count GPUs in use, free (no holder, healthy)
 and unhealthy. The pool is the first of :data:`POOL_LABELS` a node carries.
 
-Cost: O(nodes x GPUs + pods), one pass each; a request is read only for held and pending pods.
+Cost: O(nodes x GPUs + pods), one pass each; a request is read only for held and pending pods,
+and with a :class:`Memo` an inventory or a pod only when it changed. Measured (CPython 3.11, the
+shared 2-core dev machine, noisy): 5,000 DGX H100 nodes with 20,000 bound pods, 1.0-2.5 s to
+build from scratch, 0.4 s with every object memoised; the table renders in 0.2 s.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ __all__ = [
     "ClusterStatus",
     "GPUState",
     "MIGSlot",
+    "Memo",
     "Mode",
     "NodeState",
     "PendingPod",
@@ -332,16 +336,72 @@ def _finished(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def _request(pod: Mapping[str, Any]) -> GPURequest | RequestError | None:
+_Request = GPURequest | RequestError | None
+
+
+def _read_request(pod: Mapping[str, Any]) -> _Request:
     try:
         return read_gpu_request(pod)
     except RequestError as exc:
         return exc
 
 
-def describe_request(pod: Mapping[str, Any]) -> str | None:
+_Parsed = tuple[GPUNodeInventory | None, GPUNodeInventoryStatus | None, tuple[str, ...]]
+
+
+def _read_inventory(obj: Mapping[str, Any]) -> _Parsed:
+    """Spec, telemetry and what is wrong with them."""
+    problems = []
+    inv = telemetry = None
+    try:
+        inv = inventory_from_object(obj)
+    except InventoryError as exc:
+        problems.append(str(exc))
+    try:
+        telemetry = inventory_status_from_object(obj)
+    except InventoryError as exc:
+        problems.append(str(exc))
+    return inv, telemetry, tuple(problems)
+
+
+class Memo:
+    """What was parsed, kept from one :func:`build_status` to the next (``--watch``): an
+    inventory or a pod is parsed again only when its resourceVersion changes. Entries the
+    last build did not use are dropped by the next, so memory stays O(objects). Objects
+    without a resourceVersion are parsed every time."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str, str], Any] = {}
+        self._now: dict[tuple[str, str, str], Any] = {}
+
+    def start(self) -> None:
+        """A new build begins."""
+        self._last, self._now = self._now, {}
+
+    def inventory(self, obj: Mapping[str, Any]) -> _Parsed:
+        parsed: _Parsed = self._get("inventory", obj, _read_inventory)
+        return parsed
+
+    def request(self, pod: Mapping[str, Any]) -> _Request:
+        request: _Request = self._get("pod", pod, _read_request)
+        return request
+
+    def _get(self, kind: str, obj: Mapping[str, Any], parse: Callable[[Any], Any]) -> Any:
+        meta = _meta(obj)
+        version = meta.get("resourceVersion")
+        if not version:
+            return parse(obj)
+        key = (kind, str(meta.get("uid") or meta.get("name")), str(version))
+        if key in self._now:
+            return self._now[key]
+        value = self._last[key] if key in self._last else parse(obj)
+        self._now[key] = value
+        return value
+
+
+def describe_request(pod: Mapping[str, Any], memo: Memo | None = None) -> str | None:
     """What ``pod`` asks for, in a few words; None when it asks for no GPU."""
-    request = _request(pod)
+    request = (memo or Memo()).request(pod)
     claims = [c.get("name", "?") for c in (pod.get("spec") or {}).get("resourceClaims") or ()]
     if isinstance(request, RequestError):
         return f"invalid: {request}"
@@ -359,8 +419,7 @@ def describe_request(pod: Mapping[str, Any]) -> str | None:
     return gpus
 
 
-def _holds_alone(pod: Mapping[str, Any], device: str, mib: int, memory: int) -> bool:
-    request = _request(pod)
+def _holds_alone(request: _Request, device: str, mib: int, memory: int) -> bool:
     if isinstance(request, GPURequest):
         return request.mode != "shared" or request.exclusive
     # No readable request: a MIG device or the whole memory is held alone.
@@ -393,12 +452,16 @@ def build_status(
     namespace: str | None = None,
     node: str | None = None,
     pool_labels: Sequence[str] = POOL_LABELS,
+    memo: Memo | None = None,
 ) -> ClusterStatus:
     """The status of the GPUs (module docstring).
 
     ``namespace``: show only that namespace's pods (holders elsewhere still count in the VRAM
-    reserved, as ``hiddenClients``); ``node``: only that node (totals over it alone).
+    reserved, as ``hiddenClients``); ``node``: only that node (totals over it alone);
+    ``memo``: what the previous build parsed (``--watch`` passes the same one each time).
     """
+    memo = memo or Memo()
+    memo.start()
     node_objs = {str(_meta(n).get("name")): n for n in nodes}
     inv_objs = {str(_meta(i).get("name")): i for i in inventories}
     bound: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
@@ -415,7 +478,7 @@ def build_status(
             continue
         if namespace is not None and _meta(pod).get("namespace") != namespace:
             continue
-        asked = describe_request(pod)
+        asked = describe_request(pod, memo)
         if asked is None:
             continue
         cond = _pod_scheduled(pod) or {}
@@ -449,6 +512,7 @@ def build_status(
             bound.get(name, []),
             namespace,
             pool_labels,
+            memo,
         )
         for name in names
     ]
@@ -472,6 +536,7 @@ def _node_state(
     pods: list[Mapping[str, Any]],
     namespace: str | None,
     pool_labels: Sequence[str],
+    memo: Memo,
 ) -> NodeState:
     labels = _labels(node_obj) if node_obj is not None else {}
     ready = node_obj is not None and _ready(node_obj)
@@ -485,14 +550,8 @@ def _node_state(
     if inv_obj is None:
         problems.append("no GPUNodeInventory: no node agent has published this node's GPUs")
     else:
-        try:
-            inv = inventory_from_object(inv_obj)
-        except InventoryError as exc:
-            problems.append(str(exc))
-        try:
-            telemetry = inventory_status_from_object(inv_obj)
-        except InventoryError as exc:
-            problems.append(str(exc))
+        inv, telemetry, wrong = memo.inventory(inv_obj)
+        problems += wrong
     gpu_count = len(inv.gpus) if inv is not None else 0
     holdings = [_Holding() for _ in range(gpu_count)]
     mig_holder: dict[str, str] = {}
@@ -507,7 +566,7 @@ def _node_state(
             problems.append(f"pod {key}: {exc}")
             continue
         if assignment is None or inv is None:
-            if shown and describe_request(pod) is not None:
+            if shown and describe_request(pod, memo) is not None:
                 other.append(key)
             continue
         for k, index in enumerate(assignment.gpu_ids):
@@ -517,7 +576,7 @@ def _node_state(
             gpu = inv.gpus[index]
             device = assignment.gpu_uuids[k] if k < len(assignment.gpu_uuids) else ""
             mib = assignment.vram_mib[k] if k < len(assignment.vram_mib) else 0
-            alone = _holds_alone(pod, device, mib, gpu.memory_mib)
+            alone = _holds_alone(memo.request(pod), device, mib, gpu.memory_mib)
             if mib == 0 and alone and not device.startswith("MIG-"):
                 mib = gpu.memory_mib
             if device.startswith("MIG-"):

@@ -482,3 +482,28 @@ def test_json_and_yaml_follow_the_documented_schema() -> None:
         "reservedMiB",
         "usedMiB",
     }
+
+
+def test_a_memo_parses_only_what_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpusched.status import model
+
+    nodes, invs = fleet("dgx-h100", 2)
+    for k, inv in enumerate(invs):
+        inv["metadata"]["resourceVersion"] = str(k + 1)
+    memo = model.Memo()
+    first = build_status(nodes, invs, [], memo=memo)
+    parsed: list[str] = []
+    real = model._read_inventory
+
+    def counting(obj: dict[str, Any]) -> Any:
+        parsed.append(obj["metadata"]["name"])
+        return real(obj)
+
+    monkeypatch.setattr(model, "_read_inventory", counting)
+    assert build_status(nodes, invs, [], memo=memo) == first
+    assert parsed == []
+    telemetry(invs[1], {0: 1000})
+    invs[1]["metadata"]["resourceVersion"] = "9"
+    again = build_status(nodes, invs, [], memo=memo)
+    assert parsed == ["dgx-h100-001"]
+    assert again.nodes[1].gpus[0].used_mib == 1000
