@@ -39,6 +39,7 @@ from typing import Any, Final, Literal
 
 from gpusched.annotations import AnnotationError, parse_assignment
 from gpusched.gpu_requests import GPURequest, RequestError, read_gpu_request
+from gpusched.gpu_requests.gpuclaim import ANNOTATION as GPUCLAIM_ANNOTATION
 from gpusched.inventory import (
     RESOURCE_GPU,
     GPUNodeInventory,
@@ -400,8 +401,19 @@ class Memo:
 
 
 def describe_request(pod: Mapping[str, Any], memo: Memo | None = None) -> str | None:
-    """What ``pod`` asks for, in a few words; None when it asks for no GPU."""
+    """What ``pod`` asks for, in a few words; None when it asks for no GPU.
+
+    A GpuClaim pod is named by its claim (``GpuClaim NAME``, then what its own resources say,
+    when they can be read without the claim: the claim itself is not listed)."""
     request = (memo or Memo()).request(pod)
+    claim = (_meta(pod).get("annotations") or {}).get(GPUCLAIM_ANNOTATION)
+    if claim:
+        own = None if isinstance(request, RequestError) else _describe(request, pod)
+        return f"GpuClaim {claim}" + (f" ({own})" if own else "")
+    return _describe(request, pod)
+
+
+def _describe(request: _Request, pod: Mapping[str, Any]) -> str | None:
     claims = [c.get("name", "?") for c in (pod.get("spec") or {}).get("resourceClaims") or ()]
     if isinstance(request, RequestError):
         return f"invalid: {request}"

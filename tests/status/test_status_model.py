@@ -236,6 +236,11 @@ CASES = [
             pod("mig", {"nvidia.com/mig-1g.10gb": "3"}),
             pod("cpu-only", {"cpu": "1"}),
             pod(
+                "claimed",
+                {"gpusched.io/gpu": "1"},
+                annotations={"gpu.scheduling/claim": "chat"},
+            ),
+            pod(
                 "done",
                 {"nvidia.com/gpu": "1"},
                 node="dgx-h100-000",
@@ -247,6 +252,7 @@ CASES = [
         ],
         {
             "pending": [
+                ("team-a/claimed", "GpuClaim chat", ""),
                 ("team-a/fresh", "2 GPUs x 20480 MiB shared", ""),
                 ("team-a/mig", "3 x mig-1g.10gb", ""),
                 ("team-a/huge", "16 GPUs", "Insufficient nvidia.com/gpu"),
