@@ -4,9 +4,10 @@
 (no sampling, no equivalence class), then PreScore and Score on the nodes that passed,
 with the same :class:`~gpusched.framework.Framework` and the same cache snapshot a scheduling
 replica uses: the verdicts are the plugins' own statuses, and the headline is
-:func:`gpusched.scheduler.fit_error_message` over them, the text the scheduler writes into
-the pod's FailedScheduling Event and ``PodScheduled`` condition. Nothing is reserved,
-assumed, bound or written, and PostFilter (preemption) does not run: it would pick victims.
+:meth:`Scheduler.unschedulable_message` over them, the text the scheduler writes into the
+pod's FailedScheduling Event and ``PodScheduled`` condition, PostFilter's part included
+(its plugins run with ``CycleState.dry_run``: preemption says what it would do and evicts
+nothing). Nothing is reserved, assumed, bound or written.
 
 ``gpusched explain NAMESPACE/POD`` builds a :class:`~gpusched.scheduler.Scheduler` from the
 same configuration (``--config``), starts only its informers (:meth:`Scheduler.informed`),
@@ -80,7 +81,7 @@ class Explanation:
 def explain(scheduler: Scheduler, pod: dict[str, Any]) -> Explanation:
     """Explain ``pod`` on the scheduler's current cache (module docstring). Synchronous,
     never writes; call it on the event loop that runs the scheduler's informers."""
-    from gpusched.scheduler import SchedulingResult, fit_error_message
+    from gpusched.scheduler import SchedulingResult
 
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -121,11 +122,11 @@ def explain(scheduler: Scheduler, pod: dict[str, Any]) -> Explanation:
     scheduler.cache.update_snapshot(scheduler.snapshot)
     base["gang"] = fw.group_key(pod)
     all_nodes = scheduler.snapshot.node_infos()
-    state = CycleState()
+    state = CycleState(dry_run=True)
     pre, pre_status = fw.run_pre_filter(state, pod)
     if not pre_status.is_success:
-        message = fit_error_message(
-            scheduler.snapshot.num_nodes, SchedulingResult(None, status=pre_status)
+        message, _ = scheduler.unschedulable_message(
+            fw, state, pod, SchedulingResult(None, status=pre_status)
         )
         verdicts = tuple(_rejected(ni.name, pre_status) for ni in all_nodes)
         return Explanation(**base, phase="Pending", message=message, verdicts=verdicts)
@@ -143,13 +144,12 @@ def explain(scheduler: Scheduler, pod: dict[str, Any]) -> Explanation:
             statuses.setdefault(node_info.name, left_out)
     rejected = [_rejected(name, st) for name, st in statuses.items()]
     if not feasible:
-        message = fit_error_message(
-            scheduler.snapshot.num_nodes, SchedulingResult(None, statuses=statuses)
+        result = (
+            SchedulingResult(None, statuses=statuses)
+            if all_nodes
+            else SchedulingResult(None, status=Status.unresolvable("no nodes available"))
         )
-        if not all_nodes:
-            message = fit_error_message(
-                0, SchedulingResult(None, status=Status.unresolvable("no nodes available"))
-            )
+        message, _ = scheduler.unschedulable_message(fw, state, pod, result)
         return Explanation(**base, phase="Pending", message=message, verdicts=tuple(rejected))
     fitting = _scored(fw, state, pod, feasible)
     best = max(fitting, key=lambda v: v.score or 0).node if fitting else None

@@ -66,6 +66,7 @@ from gpusched.framework import (
     Framework,
     PluginRegistry,
     PodGroup,
+    PostFilterResult,
     PreFilterResult,
     QueueingHint,
     QueueingHintFn,
@@ -1312,19 +1313,12 @@ class Scheduler:
         if result.status is not None and result.status.plugin:
             plugins.add(result.status.plugin)
         is_error = result.status is not None and result.status.is_error
-        message = fit_error_message(self.snapshot.num_nodes, result)
+        message, post = self.unschedulable_message(fw, state, info.pod, result)
         nominated: str | None = None
-        if not is_error and fw.has_post_filter_plugins() and self.snapshot.num_nodes:
-            # PreFilter rejected the pod (no statuses): the same for every node.
-            every = result.status or Status.unresolvable("no nodes available")
-            statuses = {
-                n.name: result.statuses.get(n.name, every) for n in self.snapshot.node_infos()
-            }
-            post_result, post_status = fw.run_post_filter(state, info.pod, statuses)
+        if post is not None:
+            post_result, post_status = post
             if post_status.is_error:
                 log.error("PostFilter for %s: %s", _key(info.pod), post_status.message())
-            if post_status.message():
-                message = f"{message} {post_status.message()}."
             if post_result is not None and post_result.nominated_node_name:
                 nominated = post_result.nominated_node_name
                 # Keep the node's GPUs for it (NominatedReservation) until it is placed or
@@ -1349,6 +1343,27 @@ class Scheduler:
             self.queue.add_unschedulable(info)
         self.events.failed_scheduling(info.pod, message, nominated_node=nominated)
         self._attempt("error" if is_error else "unschedulable", fw, started)
+
+    def unschedulable_message(
+        self, fw: Framework, state: CycleState, pod: dict[str, Any], result: SchedulingResult
+    ) -> tuple[str, tuple[PostFilterResult | None, Status] | None]:
+        """The FailedScheduling message for a cycle that placed the pod nowhere, and what
+        PostFilter returned (``None`` when it did not run: an error, no PostFilter plugin, no
+        node). PostFilter runs with every node's status: each evaluated node's Filter status,
+        and for the rest the PreFilter rejection (or "no nodes available"). Its message is
+        appended, as upstream's. ``state.dry_run`` (``gpusched explain``) asks PostFilter
+        plugins for their verdict without acting on it."""
+        message = fit_error_message(self.snapshot.num_nodes, result)
+        if result.status is not None and result.status.is_error:
+            return message, None
+        if not fw.has_post_filter_plugins() or not self.snapshot.num_nodes:
+            return message, None
+        every = result.status or Status.unresolvable("no nodes available")
+        statuses = {n.name: result.statuses.get(n.name, every) for n in self.snapshot.node_infos()}
+        post_result, post_status = fw.run_post_filter(state, pod, statuses)
+        if post_status.message():
+            message = f"{message} {post_status.message()}."
+        return message, (post_result, post_status)
 
     def _attempt(self, result: str, fw: Framework, started: float) -> None:
         profile = fw.profile_name

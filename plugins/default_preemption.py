@@ -203,7 +203,11 @@ class DefaultPreemption(
             candidate, why, eligible = evaluator.preempt(pod, statuses)
         except RuntimeError:  # a framework built without a scheduler (no snapshot)
             return None, Status.unschedulable(plugin=NAME)
-        self._handle.record_preemption(len(candidate.victims) if candidate else None)
+        if state.dry_run:  # gpusched explain: the verdict, no eviction, no metric
+            if candidate is not None:
+                return PostFilterResult(candidate.node), Status.success()
+        else:
+            self._handle.record_preemption(len(candidate.victims) if candidate else None)
         if candidate is not None:
             self._inflight[uid] = _Preemption(candidate.node, len(candidate.victims))
             self._work.put_nowait((pod, candidate, uid))

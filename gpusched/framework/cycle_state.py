@@ -15,6 +15,10 @@ and PreScore plugins that return ``Skip``: their Filter/Score are then not calle
 ``record_plugin_metrics`` is set by the scheduling cycle for the cycles whose per-plugin
 durations it wants (upstream samples 10% of them); the framework times plugins only then.
 
+``dry_run`` is set by ``gpusched explain``, which runs a pod through the plugins to say what
+the scheduler would decide: a plugin that acts on its verdict (PostFilter's preemption evicts
+victims) returns the same result and message but does not act, and records nothing.
+
 Not thread-safe, and need not be: the scheduling cycle is serial, and the binding cycle that
 inherits the state runs on the same event loop.
 """
@@ -64,13 +68,20 @@ class CycleState:
     ``read``, ``write`` and ``get`` are one dict operation each: O(1).
     """
 
-    __slots__ = ("_data", "record_plugin_metrics", "skip_filter_plugins", "skip_score_plugins")
+    __slots__ = (
+        "_data",
+        "dry_run",
+        "record_plugin_metrics",
+        "skip_filter_plugins",
+        "skip_score_plugins",
+    )
 
-    def __init__(self, *, record_plugin_metrics: bool = False) -> None:
+    def __init__(self, *, record_plugin_metrics: bool = False, dry_run: bool = False) -> None:
         self._data: dict[StateKey[Any], Any] = {}
         self.skip_filter_plugins: set[str] = set()
         self.skip_score_plugins: set[str] = set()
         self.record_plugin_metrics = record_plugin_metrics
+        self.dry_run = dry_run
 
     def write(self, key: StateKey[T], value: T) -> None:
         """Store ``value`` under ``key`` (replacing any earlier value)."""
@@ -102,7 +113,7 @@ class CycleState:
         Values implementing ``StateData`` are cloned; others are shared. The skip sets are
         copied. O(number of keys).
         """
-        copy = CycleState(record_plugin_metrics=self.record_plugin_metrics)
+        copy = CycleState(record_plugin_metrics=self.record_plugin_metrics, dry_run=self.dry_run)
         copy._data = {
             key: value.clone() if isinstance(value, StateData) else value
             for key, value in self._data.items()
