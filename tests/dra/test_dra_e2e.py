@@ -191,7 +191,8 @@ async def test_a_template_pod_gets_a_claim_allocated_reserved_and_released(bed: 
         # matchAttribute: the four devices lie in one half of the node (GPUs 0-3 or 4-7).
         annotations = pod["metadata"]["annotations"]
         ids = sorted(int(i) for i in annotations[GPU_IDS].split(","))
-        assert len({i // 4 for i in ids}) == 1 and len(ids) == 4
+        assert len({i // 4 for i in ids}) == 1
+        assert len(ids) == 4
         assert sorted(annotations[GPU_UUIDS].split(",")) == uuids_of(await our_slices(bed), claim)
         assert_no_double_booking(pods, await bed.leases())
         await bed.delete_pod("p", now=True)
