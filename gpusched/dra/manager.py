@@ -295,6 +295,8 @@ class DraManager:
         gone = kind == "DELETED" or (pod.get("status") or {}).get("phase") in _TERMINAL
         if gone:
             self._waiting_devices.discard(uid)
+            for waiting in self._waiting.values():
+                waiting.discard(uid)
             self._pending.pop(uid, None)
             self._written.pop(uid, None)
             keys = self._consumers.get(uid, set())
@@ -685,12 +687,18 @@ class DraManager:
 
     def claimed_on(self, node: str) -> dict[str | int, str]:
         """The GPUs and MIG devices claims hold on ``node`` (the ledger's name -> claim
-        ``namespace/name``). O(allocated devices)."""
+        ``namespace/name``). O(devices of the node's slices)."""
         out: dict[str | int, str] = {}
-        for device, key in self._allocated.items():
-            known = self._devices.get(device)
-            if known is not None and known.node == node and known.gpu is not None:
-                out[known.gpu] = f"{key[0]}/{key[1]}"
+        for item in self._by_node.get(node, {}).values():
+            spec = item.get("spec") or {}
+            driver = str(spec.get("driver") or "")
+            pool = str((spec.get("pool") or {}).get("name") or "")
+            for raw in spec.get("devices") or ():
+                device = (driver, pool, str(raw.get("name")))
+                key = self._allocated.get(device)
+                known = self._devices.get(device)
+                if key is not None and known is not None and known.gpu is not None:
+                    out[known.gpu] = f"{key[0]}/{key[1]}"
         return out
 
     def take_dirty_nodes(self) -> set[str]:
