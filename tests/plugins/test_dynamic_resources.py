@@ -7,6 +7,7 @@ come back when it is deallocated; GPUs pods hold are never allocated to a claim;
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from test_dra_e2e import (
     claim_pod,
     claim_spec,
     claims_path,
+    class_name,
     create_template,
     device_class,
     pending_message,
@@ -35,8 +37,10 @@ from gpusched.annotations import GPU_UUIDS
 from gpusched.framework import CycleState, PluginConfig, build_frameworks, default_config
 from gpusched.framework.registry import in_tree
 from gpusched.kube.client import resource_path
+from gpusched.kube.errors import APINotFound
 from gpusched.plugins.dynamic_resources import NAME, DynamicResources
 from gpusched.sim.cluster import SimCluster
+from gpusched.sim.resource_slices import DRIVER
 
 # -- on a framework ------------------------------------------------------------------------
 
@@ -195,3 +199,39 @@ async def test_create_claims_makes_template_claims_where_no_controller_does() ->
                     )
                 statuses = pods["p"]["status"]["resourceClaimStatuses"]
                 assert [s["resourceClaimName"] for s in statuses] == list(claims)
+
+
+async def test_mig_devices_through_claims_and_mig_resources_never_collide(
+    target: Target,
+) -> None:
+    async with open_bed(target) as bed:
+        nodes = await bed.add_nodes(1, "mig-small")
+        await publish_slices(bed, nodes)
+        mig_class = device_class(bed)
+        mig_class["metadata"]["name"] = class_name(bed)
+        mig_class["spec"]["selectors"][0]["cel"]["expression"] = (
+            f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'mig'"
+        )
+        await bed.kube.create(resource_path(DRA, "v1", "deviceclasses"), mig_class)
+        try:
+            await create_template(bed, "two-mig", 2)
+            mig_pod = bed.pod("m", 0)
+            mig_pod["spec"]["containers"][0]["resources"] = {
+                "limits": {"nvidia.com/mig-1g.10gb": "1"}
+            }
+            async with bed.running():
+                await bed.create_pod(claim_pod(bed, "c", "two-mig"))
+                await bed.pods_until(lambda ps: bound(ps) == ["c"])
+                await bed.create_pod(mig_pod)
+                pods = await bed.pods_until(lambda ps: sorted(bound(ps)) == ["c", "m"])
+            got = pods["c"]["metadata"]["annotations"][GPU_UUIDS].split(",")
+            held = pods["m"]["metadata"]["annotations"][GPU_UUIDS].split(",")
+            assert len(got) == 2
+            assert all(u.startswith("MIG-") for u in got + held)
+            assert not set(got) & set(held)  # (MIG devices share GPU indices: UUIDs tell)
+        finally:
+            await unprotect_claims(bed)
+            with contextlib.suppress(APINotFound):
+                await bed.kube.delete(
+                    resource_path(DRA, "v1", "deviceclasses", None, class_name(bed))
+                )
