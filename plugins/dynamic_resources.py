@@ -77,6 +77,7 @@ from gpusched.framework import (
     PreBindPlugin,
     PreFilterPlugin,
     PreFilterResult,
+    QueueingHint,
     ReservePlugin,
     SignPlugin,
     StateKey,
@@ -124,6 +125,18 @@ class _State:
 
 
 _STATE: Final = StateKey[_State](NAME)
+_TERMINAL: Final = ("Succeeded", "Failed")
+
+
+def _after_pod_update(pod: Pod, old: Any, new: Any) -> QueueingHint:
+    """A pod that finished frees the GPUs it held (a bound pod's other updates do not)."""
+
+    def phase(obj: Any) -> Any:
+        return ((obj or {}).get("status") or {}).get("phase")
+
+    if phase(new) in _TERMINAL and phase(old) not in _TERMINAL:
+        return QueueingHint.QUEUE
+    return QueueingHint.QUEUE_SKIP
 
 
 class DynamicResources(
@@ -210,6 +223,7 @@ class DynamicResources(
         # through the queue's own events.
         return [
             ClusterEventWithHint(ClusterEvent("Pod", ActionType.DELETE)),
+            ClusterEventWithHint(ClusterEvent("Pod", ActionType.UPDATE), _after_pod_update),
             ClusterEventWithHint(ClusterEvent("Node", ActionType.ADD | ActionType.UPDATE)),
         ]
 

@@ -34,7 +34,13 @@ from test_dra_e2e import (
 )
 
 from gpusched.annotations import GPU_UUIDS
-from gpusched.framework import CycleState, PluginConfig, build_frameworks, default_config
+from gpusched.framework import (
+    CycleState,
+    PluginConfig,
+    QueueingHint,
+    build_frameworks,
+    default_config,
+)
 from gpusched.framework.registry import in_tree
 from gpusched.kube.client import resource_path
 from gpusched.kube.errors import APINotFound
@@ -84,6 +90,22 @@ def test_a_cluster_that_does_not_serve_the_api_keeps_claim_pods_pending_saying_s
     p.manager.served = False
     _, status = p.pre_filter(CycleState(), pod({"name": "gpus", "resourceClaimName": "c"}))
     assert "does not serve resource.k8s.io/v1" in status.message()
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "queued"),
+    [("Running", "Succeeded", True), ("Running", "Failed", True), ("Pending", "Running", False)],
+)
+def test_a_finished_pod_requeues_pods_waiting_for_devices(
+    before: str, after: str, queued: bool
+) -> None:
+    (hint,) = [
+        e.queueing_hint_fn
+        for e in plugin().events_to_register()
+        if e.event.resource == "Pod" and e.queueing_hint_fn is not None
+    ]
+    got = hint(pod(), {"status": {"phase": before}}, {"status": {"phase": after}})
+    assert (got == QueueingHint.QUEUE) == queued
 
 
 # -- on the simulated cluster ------------------------------------------------------------
