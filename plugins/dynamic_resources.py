@@ -94,6 +94,7 @@ log = logging.getLogger(__name__)
 
 NAME: Final = "DynamicResources"
 ERR_NOT_AVAILABLE: Final = "resourceclaim not available on the node"
+ERR_NO_SLICES: Final = "cannot allocate all claims: the node publishes no ResourceSlices"
 _RETRY_SECONDS: Final = 1.0
 _PROBE_SECONDS: Final = 60.0
 """How often a cluster that does not serve ``resource.k8s.io/v1`` is asked again."""
@@ -202,6 +203,9 @@ class DynamicResources(
                 return Status.unresolvable(ERR_NOT_AVAILABLE, plugin=NAME)
         if not data.claims.pending:
             return SUCCESS
+        if not self.manager.slices_for(node_info.name):  # the common case: O(1), no allocator
+            self.manager.no_devices(pod)
+            return Status.unschedulable(ERR_NO_SLICES, plugin=NAME)
         ledger = node_info.ledger
         result = self.manager.allocate(
             data.claims.pending,
