@@ -40,12 +40,16 @@ hold, by index and UUID; NVIDIA's DRA driver names each device's ``uuid``):
 
 Cost for a pod without claims: a dict lookup at PreFilter, SignPod and in the pod handler.
 Claim pods are not batched (``sign_pod`` is ``None``); Filter costs one allocator call per
-node (CEL verdicts cached per device version across nodes and cycles).
+node with slices (about 0.2 ms on an 8-GPU node, CEL verdicts cached per device version), and
+none on a node nothing changed on since a pod whose pending claims had equal specs was
+filtered there (the node's generation, the manager's :meth:`~DraManager.version_of` and the
+specs are the memo's key).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -117,12 +121,15 @@ class DynamicResourcesArgs(PluginArgs):
 class _State:
     claims: PodClaims
     selectors: tuple[NodeSelector, ...]
+    specs: tuple[str, ...]
+    """The pending claims' specs (JSON): with the node's generation and the manager's
+    version, the key of the allocation memo."""
     allocations: dict[str, Allocation] = field(default_factory=dict)
     """Node -> what Filter allocated there (Reserve takes the chosen node's)."""
     wrote: bool = False
 
     def clone(self) -> _State:
-        return _State(self.claims, self.selectors, dict(self.allocations), self.wrote)
+        return _State(self.claims, self.selectors, self.specs, dict(self.allocations), self.wrote)
 
 
 _STATE: Final = StateKey[_State](NAME)
@@ -163,6 +170,10 @@ class DynamicResources(
             create_claims=args.create_claims, allow_admin_access=args.allow_admin_access
         )
         self._set_claimed: ClaimedSetter | None = None
+        self._memo: dict[str, tuple[Hashable, Allocation | Unallocatable]] = {}
+        """Node -> the last allocation Filter computed there and its key: pods whose pending
+        claims have equal specs reuse it on a node nothing changed on (the equivalence
+        classes' idea, for claim pods)."""
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> Self:
@@ -191,7 +202,8 @@ class DynamicResources(
             for c in resolved.allocated
             if (selector := (c.allocation or {}).get("nodeSelector")) is not None
         )
-        state.write(_STATE, _State(resolved, selectors))
+        specs = tuple(json.dumps(c.claim.get("spec"), sort_keys=True) for c in resolved.pending)
+        state.write(_STATE, _State(resolved, selectors, specs))
         return None, SUCCESS
 
     def filter(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
@@ -206,13 +218,18 @@ class DynamicResources(
         if not self.manager.slices_for(node_info.name):  # the common case: O(1), no allocator
             self.manager.no_devices(pod)
             return Status.unschedulable(ERR_NO_SLICES, plugin=NAME)
-        ledger = node_info.ledger
-        result = self.manager.allocate(
-            data.claims.pending,
-            node_info.name,
-            held_by_pods=ledger.held_by_pods,
-            inventory=node_info.inventory,
-        )
+        key = (node_info.generation, self.manager.version_of(node_info.name), data.specs)
+        memo = self._memo.get(node_info.name)
+        if memo is not None and memo[0] == key:
+            result = memo[1]
+        else:
+            result = self.manager.allocate(
+                data.claims.pending,
+                node_info.name,
+                held_by_pods=node_info.ledger.held_by_pods,
+                inventory=node_info.inventory,
+            )
+            self._memo[node_info.name] = (key, result)
         if isinstance(result, Unallocatable):
             if result.error:
                 return Status.unresolvable(result.reason, plugin=NAME)

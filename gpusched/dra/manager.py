@@ -211,6 +211,12 @@ class DraManager:
         """Pods no node had devices for: retried when devices may be free."""
         self._pending: dict[str, _Pending] = {}
         self._dirty_nodes: set[str] = set()
+        self._version = 0
+        """Bumped by what may change an allocation on every node (classes, slices for all
+        nodes, allocated devices that are not node-local)."""
+        self._node_versions: dict[str, int] = {}
+        """Bumped by what may change an allocation on one node (its slices, its allocated and
+        in-flight devices): :meth:`version_of`."""
         self.match_cache: MatchCache = {}
         self.changed = asyncio.Event()
         """Set when :meth:`flush` has work."""
@@ -263,6 +269,7 @@ class DraManager:
                 self._by_node.setdefault(str(node), {})[name] = obj
             elif spec.get("allNodes"):
                 self._cluster_wide[name] = obj
+                self._version += 1
             self._index_slice(obj)
         return self._wake(None, freed=True)
 
@@ -272,8 +279,10 @@ class DraManager:
         name = str((obj.get("metadata") or {}).get("name") or "")
         if kind == "DELETED":
             self.classes.pop(name, None)
+            self._version += 1
             return []
         self.classes[name] = obj
+        self._version += 1
         return self._wake(None, freed=True)
 
     def on_template(
@@ -455,6 +464,7 @@ class DraManager:
             self._in_flight[key] = _InFlight(uid, node, allocation)
             for device in _results(allocation):
                 self._in_flight_devices[device] = key
+                self._touch(device)
 
     def unreserve(self, pod: Mapping[str, Any]) -> list[str]:
         """Undo :meth:`reserve`; a claim PreBind already reserved for the pod loses it again
@@ -730,6 +740,7 @@ class DraManager:
         for device in _results(flight.allocation):
             if self._in_flight_devices.get(device) == key:
                 del self._in_flight_devices[device]
+                self._touch(device)
 
     def _index_claim(
         self, key: Key, claim: Mapping[str, Any] | None, prior: Mapping[str, Any] | None
@@ -760,6 +771,14 @@ class DraManager:
         known = self._devices.get(device)
         if known is not None and known.node is not None:
             self._dirty_nodes.add(known.node)
+            self._node_versions[known.node] = self._node_versions.get(known.node, 0) + 1
+        else:
+            self._version += 1
+
+    def version_of(self, node: str) -> tuple[int, int]:
+        """Changes whenever :meth:`allocate` on ``node`` may answer otherwise for the same
+        claims and the same ledger (a memo's key). O(1)."""
+        return self._version, self._node_versions.get(node, 0)
 
     def _index_slice(self, obj: Mapping[str, Any]) -> None:
         spec = obj.get("spec") or {}
@@ -785,6 +804,7 @@ class DraManager:
             )
         if node:
             self._dirty_nodes.add(str(node))
+            self._node_versions[str(node)] = self._node_versions.get(str(node), 0) + 1
 
     def _unindex_slice(self, name: str, obj: Mapping[str, Any]) -> None:
         spec = obj.get("spec") or {}
@@ -794,7 +814,9 @@ class DraManager:
             if not self._by_node.get(str(node)):
                 self._by_node.pop(str(node), None)
             self._dirty_nodes.add(str(node))
-        self._cluster_wide.pop(name, None)
+            self._node_versions[str(node)] = self._node_versions.get(str(node), 0) + 1
+        if self._cluster_wide.pop(name, None) is not None:
+            self._version += 1
         driver = str(spec.get("driver") or "")
         pool = str((spec.get("pool") or {}).get("name") or "")
         for raw in spec.get("devices") or ():

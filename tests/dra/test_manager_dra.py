@@ -457,3 +457,46 @@ async def test_create_claims_makes_the_claim_of_a_template_entry(kube: Kube) -> 
         {"name": "gpus", "resourceClaimName": made["metadata"]["name"]}
     ]
     assert isinstance(m.resolve(fresh), PodClaims)
+
+
+@pytest.mark.parametrize(
+    ("change", "node_moves", "all_move"),
+    [
+        ("allocate a claim here", True, False),
+        ("reserve in flight here", True, False),
+        ("publish a slice here", True, False),
+        ("add a class", False, True),
+        ("reserve a claim with unknown devices", False, True),
+    ],
+)
+def test_version_of_moves_with_what_may_change_an_allocation(
+    change: str, node_moves: bool, all_move: bool
+) -> None:
+    m = manager(claim("a"))
+    before = m.version_of(NODE)
+    if change == "allocate a claim here":
+        m.on_claim("MODIFIED", claim("a", allocated=[3], rv=2), claim("a"))
+    elif change == "reserve in flight here":
+        m.reserve(pod("p"), NODE, {(NS, "x"): allocation([2])})
+    elif change == "publish a slice here":
+        m.on_slice("MODIFIED", node_slice(), node_slice())
+    elif change == "add a class":
+        m.on_class("ADDED", {"metadata": {"name": "other"}, "spec": {}}, None)
+    else:
+        m.reserve(
+            pod("p"),
+            NODE,
+            {
+                (NS, "x"): {
+                    "devices": {
+                        "results": [
+                            {"request": "r", "driver": "d", "pool": "elsewhere", "device": "x"}
+                        ]
+                    }
+                }
+            },
+        )
+    after = m.version_of(NODE)
+    assert (after[1] != before[1]) == node_moves
+    assert (after[0] != before[0]) == all_move
+    assert m.version_of("node-b")[1] == 0
