@@ -89,8 +89,7 @@ from gpusched.framework import (
 )
 from gpusched.kube.client import resource_path
 from gpusched.kube.errors import APIError, APINotFound
-
-from .node_affinity import NodeSelector
+from gpusched.node_selector import NodeSelector
 
 __all__ = ["NAME", "DynamicResources", "DynamicResourcesArgs"]
 
@@ -228,6 +227,7 @@ class DynamicResources(
                 node_info.name,
                 held_by_pods=node_info.ledger.held_by_pods,
                 inventory=node_info.inventory,
+                labels=node_info.labels,
             )
             self._memo[node_info.name] = (key, result)
         if isinstance(result, Unallocatable):

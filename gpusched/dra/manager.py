@@ -267,7 +267,7 @@ class DraManager:
             node = spec.get("nodeName")
             if node:
                 self._by_node.setdefault(str(node), {})[name] = obj
-            elif spec.get("allNodes"):
+            elif spec.get("allNodes") or spec.get("nodeSelector"):
                 self._cluster_wide[name] = obj
                 self._version += 1
             self._index_slice(obj)
@@ -404,7 +404,8 @@ class DraManager:
     # -- allocation (Filter) -----------------------------------------------------------
 
     def slices_for(self, node: str) -> list[Mapping[str, Any]]:
-        """The slices whose devices node ``node`` may use. O(slices of the node)."""
+        """The slices whose devices node ``node`` may use: its own, and those for all nodes or
+        for a node selector (the allocator matches it). O(slices of the node + shared ones)."""
         return [*self._by_node.get(node, {}).values(), *self._cluster_wide.values()]
 
     def allocate(
@@ -414,6 +415,7 @@ class DraManager:
         *,
         held_by_pods: Callable[[str], bool] | None = None,
         inventory: GPUNodeInventory | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> Allocation | Unallocatable:
         """:func:`~gpusched.dra.allocate` of ``claims`` on ``node``: devices of any claim's
         allocation and in-flight ones are taken, and so are GPUs ``held_by_pods(uuid)`` (the
@@ -441,6 +443,7 @@ class DraManager:
             inventory=inventory,
             allow_admin_access=self.allow_admin_access,
             match_cache=self.match_cache,
+            node_labels=labels,
         )
 
     def device(self, device: DeviceID) -> tuple[str | int | None, bool]:
@@ -856,9 +859,12 @@ def _selects(allocation: Mapping[str, Any], node: str) -> bool:
 
 
 def _results(allocation: Mapping[str, Any]) -> list[DeviceID]:
+    """The devices an allocation takes: results with ``adminAccess`` are left out, as
+    upstream's ``GatherAllocatedState`` (admin access is not use)."""
     return [
         (str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
         for r in (allocation.get("devices") or {}).get("results") or ()
+        if not r.get("adminAccess")
     ]
 
 

@@ -6,8 +6,8 @@ the pod pending with the reason; two replicas racing for the last GPUs through c
 through ``nvidia.com/gpu`` never double-book.
 
 Each test publishes its own ResourceSlices for its fake nodes (NVIDIA's DRA driver's, from
-their inventories, plus an ``e2e.gpusched.io/half`` attribute: GPUs 0-3 and 4-7) and its own
-DeviceClass, deleted at the end. Skipped when the cluster does not serve
+their inventories, plus an ``e2e.gpusched.io/half`` attribute: GPUs 0-3 and 4-7, by name) and
+its own DeviceClass, deleted at the end. Skipped when the cluster does not serve
 ``resource.k8s.io/v1``.
 """
 
@@ -68,7 +68,8 @@ async def publish_slices(bed: Bed, nodes: list[str]) -> list[str]:
         body = resource_slice(inventory_from_object(obj))
         body["metadata"]["name"] = f"{bed.prefix}-{node}"
         for device in body["spec"]["devices"]:
-            device["attributes"][HALF] = {"int": device["attributes"]["index"]["int"] // 4}
+            gpu = int(device["name"].split("-")[1])  # gpu-<index>, gpu-<index>-mig-...
+            device["attributes"][HALF] = {"int": gpu // 4}
         await bed.kube.create(resource_path(DRA, "v1", "resourceslices"), body)
         names.append(body["metadata"]["name"])
     return names
