@@ -500,3 +500,11 @@ def test_version_of_moves_with_what_may_change_an_allocation(
     assert (after[1] != before[1]) == node_moves
     assert (after[0] != before[0]) == all_move
     assert m.version_of("node-b")[1] == 0
+
+
+def test_a_device_allocated_with_admin_access_is_not_taken() -> None:
+    admin = claim("a", allocated=[0, 1])
+    admin["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    m = manager(admin)
+    assert m.claimed_on(NODE) == {uuid(1): f"{NS}/a"}
+    m._check()
