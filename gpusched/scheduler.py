@@ -709,10 +709,10 @@ class Scheduler:
 
         self.queue.on_event(event, hint)
 
-    def _set_claimed(self, node: str, claimed: Mapping[str | int, str]) -> None:
+    def _set_claimed(self, node: str, claimed: Mapping[str | int, str], version: int) -> None:
         """Mark the devices ResourceClaims hold on ``node`` in its ledger; some unmarked:
         the pods waiting for GPUs may try again."""
-        if self.cache.set_claimed(node, claimed):
+        if self.cache.set_claimed(node, claimed, version):
             self.queue.on_event("Pod/Delete")
 
     def _on_assumed_expired(self, uids: list[str]) -> None:

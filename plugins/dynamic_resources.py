@@ -186,7 +186,25 @@ class DynamicResources(
     # -- scheduling cycle ----------------------------------------------------------------
 
     def sign_pod(self, pod: Pod) -> Hashable | None:
-        return None if pod_claim_entries(pod) else (NAME,)
+        """Pods without claims sign alike. A claim pod signs by what Filter reads of it: its
+        pending claims' specs and its allocated claims' node selectors, with the manager's
+        global version (classes, shared slices); what Filter reads of a node moves the node's
+        generation (its slices, allocated and in-flight devices: ``set_claimed``'s version).
+        Unresolved claims: ``None`` (PreFilter turned the pod away anyway)."""
+        if not pod_claim_entries(pod):
+            return (NAME,)
+        resolved = self.manager.resolve(pod)
+        if not isinstance(resolved, PodClaims):
+            return None
+        return (
+            NAME,
+            self.manager.version_of("")[0],
+            tuple(json.dumps(c.claim.get("spec"), sort_keys=True) for c in resolved.pending),
+            tuple(
+                json.dumps((c.allocation or {}).get("nodeSelector"), sort_keys=True)
+                for c in resolved.allocated
+            ),
+        )
 
     def pre_filter(self, state: CycleState, pod: Pod) -> tuple[PreFilterResult | None, Status]:
         if not pod_claim_entries(pod):
@@ -203,6 +221,8 @@ class DynamicResources(
         )
         specs = tuple(json.dumps(c.claim.get("spec"), sort_keys=True) for c in resolved.pending)
         state.write(_STATE, _State(resolved, selectors, specs))
+        if resolved.pending:  # activated when devices may free up (Filter may be skipped:
+            self.manager.no_devices(pod)  # an equivalence class answers for the nodes)
         return None, SUCCESS
 
     def filter(self, state: CycleState, pod: Pod, node_info: NodeInfo) -> Status:
@@ -268,6 +288,7 @@ class DynamicResources(
         if why is not None:
             return Status.unschedulable(why, plugin=NAME)
         self.manager.reserve(pod, node_name, chosen)
+        self._sync_marks()  # the node's version moved: cached verdicts there are stale
         return SUCCESS
 
     def _assign(
@@ -327,6 +348,7 @@ class DynamicResources(
             state.delete(SHARED_CLAIM)
             data.wrote = False
         self._activate(self.manager.unreserve(pod))
+        self._sync_marks()
 
     # -- binding cycle -------------------------------------------------------------------
 
@@ -370,7 +392,7 @@ class DynamicResources(
         if self._set_claimed is None:
             return
         for node in sorted(self.manager.take_dirty_nodes()):
-            self._set_claimed(node, self.manager.claimed_on(node))
+            self._set_claimed(node, self.manager.claimed_on(node), self.manager.version_of(node)[1])
 
     async def _probe(self) -> None:
         """Whether the API server serves ``resource.k8s.io/v1`` (a list of DeviceClasses)."""

@@ -131,8 +131,8 @@ def _annotated(pod: Mapping[str, Any]) -> bool:
     return GPU_IDS in (meta.get("annotations") or {})
 
 
-ClaimedSetter = Callable[[str, Mapping[str | int, str]], None]
-"""``set_claimed(node, claimed)``: what a :class:`ClaimedDevicesSource` is given."""
+ClaimedSetter = Callable[[str, Mapping[str | int, str], int], None]
+"""``set_claimed(node, claimed, version)``: what a :class:`ClaimedDevicesSource` is given."""
 
 
 @runtime_checkable
@@ -177,8 +177,8 @@ class SchedulerCache:
         """Node policies the scheduler resolved, by node name (others get ``_policy``)."""
         self._nominated: dict[str, str] = {}
         """Pod uid -> the node it is nominated to (:meth:`nominate`)."""
-        self._claimed: dict[str, dict[str | int, str]] = {}
-        """Node -> the devices ResourceClaims hold there (:meth:`set_claimed`)."""
+        self._claimed: dict[str, tuple[dict[str | int, str], int]] = {}
+        """Node -> the devices ResourceClaims hold there, and the version (:meth:`set_claimed`)."""
 
     # --- Nodes --------------------------------------------------------------------------
 
@@ -189,7 +189,7 @@ class SchedulerCache:
         if info is None:
             info = NodeInfo(name, node, self._inventories.get(name), policy=self._policy_of(name))
             if name in self._claimed:
-                info.set_claimed(self._claimed[name])
+                info.set_claimed(*self._claimed[name])
             self._nodes[name] = info
         else:
             info.set_node(node)
@@ -247,21 +247,25 @@ class SchedulerCache:
             info.set_policy(self._policy_of(node_name))
             self._nodes.move_to_end(node_name)
 
-    def set_claimed(self, node_name: str, claimed: Mapping[str | int, str]) -> bool:
+    def set_claimed(
+        self, node_name: str, claimed: Mapping[str | int, str], version: int = 0
+    ) -> bool:
         """The devices ResourceClaims hold on ``node_name`` now (UUID, or index of an
         anonymous GPU -> ``namespace/name`` of the claim; empty: none), from the
         DynamicResources plugin: the ledger never gives them to a pod that does not use the
-        claim (:meth:`NodeLedger.set_claimed`). May come before the Node. Returns whether a
-        device lost its mark (pods waiting for GPUs are worth trying again). O(GPUs + MIG).
+        claim (:meth:`NodeLedger.set_claimed`); a new ``version`` (the source's, of what else
+        it sees on the node) moves the node's generation (:meth:`NodeInfo.set_claimed`). May
+        come before the Node. Returns whether a device lost its mark (pods waiting for GPUs are
+        worth trying again). O(GPUs + MIG devices).
         """
-        before = self._claimed.get(node_name, {})
+        before = self._claimed.get(node_name, ({}, 0))[0]
         freed = not before.keys() <= claimed.keys()
-        if claimed:
-            self._claimed[node_name] = dict(claimed)
+        if claimed or version:
+            self._claimed[node_name] = (dict(claimed), version)
         else:
             self._claimed.pop(node_name, None)
         info = self._nodes.get(node_name)
-        if info is not None and info.set_claimed(claimed):
+        if info is not None and info.set_claimed(claimed, version):
             self._nodes.move_to_end(node_name)
         return freed
 
@@ -333,7 +337,7 @@ class SchedulerCache:
         if info is None:  # a pod before its node: a ghost until the Node arrives
             info = NodeInfo(name, None, self._inventories.get(name), policy=self._policy_of(name))
             if name in self._claimed:
-                info.set_claimed(self._claimed[name])
+                info.set_claimed(*self._claimed[name])
             self._nodes[name] = info
         return info
 

@@ -281,6 +281,7 @@ class NodeInfo:
 
     __slots__ = (
         "_claimed",
+        "_claimed_version",
         "_inventory",
         "_ledger_key",
         "_ranks",
@@ -329,6 +330,7 @@ class NodeInfo:
         """Pods per priority rank, for :attr:`lowest_priority_rank`."""
         self._claimed: Mapping[str | int, str] = {}
         """The devices ResourceClaims hold (:meth:`set_claimed`), never mutated."""
+        self._claimed_version = 0
         if node is not None:
             self._apply_node(node)
         self._refresh_ledger()
@@ -381,13 +383,18 @@ class NodeInfo:
         self._refresh_ledger()
         self.generation = next_generation()
 
-    def set_claimed(self, claimed: Mapping[str | int, str]) -> bool:
+    def set_claimed(self, claimed: Mapping[str | int, str], version: int = 0) -> bool:
         """The devices ResourceClaims hold here now (UUID, or index of an anonymous GPU ->
         claim: :meth:`NodeLedger.set_claimed`): never given to a pod that does not use the
-        claim. Returns whether anything changed (then the generation moves). O(GPUs + MIG).
+        claim. ``version`` moves with anything else DRA sees on the node (its slices, devices
+        in flight): a new one moves the generation too, so that cached Filter verdicts
+        (equivalence classes) are recomputed. Returns whether anything changed (then the
+        generation moves). O(GPUs + MIG).
         """
         self._claimed = dict(claimed)
-        if not self.ledger.set_claimed(claimed):
+        moved = version != self._claimed_version
+        self._claimed_version = version
+        if not self.ledger.set_claimed(claimed) and not moved:
             return False
         self.generation = next_generation()
         return True
@@ -653,6 +660,7 @@ class NodeInfo:
         clone._unplaced = dict(self._unplaced)
         clone._ranks = dict(self._ranks)
         clone._claimed = self._claimed
+        clone._claimed_version = self._claimed_version
         return clone
 
     def describe(self) -> dict[str, Any]:
