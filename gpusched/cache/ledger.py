@@ -984,9 +984,7 @@ class NodeLedger:
         and the inventory agree on a device even where indices would not."""
         changed = False
         for device in self.devices:
-            mark = claimed.get(device.uuid) if device.uuid else None
-            if mark is None:
-                mark = claimed.get(device.index)
+            mark = claimed.get(device.uuid) if device.uuid else claimed.get(device.index)
             if mark != device.claimed:
                 was_free = device.free
                 device.claimed = mark

@@ -257,3 +257,19 @@ async def test_mig_devices_through_claims_and_mig_resources_never_collide(
                 await bed.kube.delete(
                     resource_path(DRA, "v1", "deviceclasses", None, class_name(bed))
                 )
+
+
+def test_claim_pods_with_equal_claim_specs_sign_alike() -> None:
+    p = plugin()
+    spec = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "x"}}]}}
+    for name in ("a", "b", "c"):
+        body = {"metadata": {"name": name, "namespace": "default"}, "spec": dict(spec)}
+        if name == "c":
+            body["spec"] = {"devices": {"requests": [{"name": "other"}]}}
+        p.manager.on_claim("ADDED", body, None)
+    a = p.sign_pod(pod({"name": "gpus", "resourceClaimName": "a"}))
+    assert a is not None
+    assert a == p.sign_pod(pod({"name": "gpus", "resourceClaimName": "b"}))
+    assert a != p.sign_pod(pod({"name": "gpus", "resourceClaimName": "c"}))
+    p.manager.on_class("ADDED", {"metadata": {"name": "x"}, "spec": {}}, None)
+    assert a != p.sign_pod(pod({"name": "gpus", "resourceClaimName": "a"}))
