@@ -39,11 +39,11 @@ hold, by index and UUID; NVIDIA's DRA driver names each device's ``uuid``):
     assignment: the claim's mark (b) holds its devices.
 
 Cost for a pod without claims: a dict lookup at PreFilter, SignPod and in the pod handler.
-Claim pods are not batched (``sign_pod`` is ``None``); Filter costs one allocator call per
-node with slices (about 0.2 ms on an 8-GPU node, CEL verdicts cached per device version), and
-none on a node nothing changed on since a pod whose pending claims had equal specs was
-filtered there (the node's generation, the manager's :meth:`~DraManager.version_of` and the
-specs are the memo's key).
+Claim pods sign by their claims (:meth:`DynamicResources.sign_pod`), so equivalence classes
+serve them: every change Filter reads of a node moves the node's generation (``set_claimed``'s
+version). Filter costs one allocator call per node with slices (about 0.2 ms on an 8-GPU node,
+CEL verdicts cached per device version), and none on a node nothing changed on since a pod
+whose pending claims had equal specs was filtered there (the memo).
 """
 
 from __future__ import annotations
