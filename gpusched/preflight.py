@@ -229,6 +229,20 @@ SCHEDULER_RULES: Final = (
         required=False,
     ),
     Rule(
+        ("resource.k8s.io",),
+        ("resourceclaims", "resourceslices", "deviceclasses", "resourceclaimtemplates"),
+        _READ,
+        "ResourceClaims are not read: pods that use one stay pending",
+        required=False,
+    ),
+    Rule(
+        ("resource.k8s.io",),
+        ("resourceclaims", "resourceclaims/status"),
+        ("patch", "update"),
+        "ResourceClaims are not allocated (finalizer, status): pods that use one fail PreBind",
+        required=False,
+    ),
+    Rule(
         ("policy",),
         ("poddisruptionbudgets",),
         _READ,

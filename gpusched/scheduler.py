@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.annotations import RESERVATION_UID, Assignment
-from gpusched.cache import NodeInfo, SchedulerCache, Snapshot
+from gpusched.cache import ClaimedDevicesSource, NodeInfo, SchedulerCache, Snapshot
 from gpusched.cache.errors import CacheError
 from gpusched.cache.ledger import SharingPolicy
 from gpusched.clock import Clock, RealClock
@@ -274,6 +274,10 @@ class Scheduler:
         first = next(iter(self.frameworks.values()))
         self._hints = event_hints(self.frameworks.values())
         self.cache = SchedulerCache(self.clock)
+        for fw in self.frameworks.values():  # devices ResourceClaims hold (DynamicResources)
+            for plugin in fw.plugins.values():
+                if isinstance(plugin, ClaimedDevicesSource):
+                    plugin.attach_cache(self._set_claimed)
         self.equivalence = (
             EquivalenceCache(self.rng) if self.config.opportunistic_batching else None
         )
@@ -705,6 +709,12 @@ class Scheduler:
             return not plugins
 
         self.queue.on_event(event, hint)
+
+    def _set_claimed(self, node: str, claimed: Mapping[str | int, str], version: int) -> None:
+        """Mark the devices ResourceClaims hold on ``node`` in its ledger; some unmarked:
+        the pods waiting for GPUs may try again."""
+        if self.cache.set_claimed(node, claimed, version):
+            self.queue.on_event("Pod/Delete")
 
     def _on_assumed_expired(self, uids: list[str]) -> None:
         """Assumed pods (or phantoms) the cache gave up on after its TTL: their devices are

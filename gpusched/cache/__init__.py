@@ -30,7 +30,13 @@ Who calls what, when:
 - a task: ``run_cleanup()`` (or ``cleanup_expired_assumed_pods()`` every second).
 """
 
-from gpusched.cache.cache import DEFAULT_ASSUMED_TTL, TERMINAL_PHASES, SchedulerCache
+from gpusched.cache.cache import (
+    DEFAULT_ASSUMED_TTL,
+    TERMINAL_PHASES,
+    ClaimedDevicesSource,
+    ClaimedSetter,
+    SchedulerCache,
+)
 from gpusched.cache.errors import CacheError, LedgerError
 from gpusched.cache.ledger import (
     DEFAULT_POLICY,
@@ -71,6 +77,8 @@ __all__ = [
     "REFUSAL_KINDS",
     "TERMINAL_PHASES",
     "CacheError",
+    "ClaimedDevicesSource",
+    "ClaimedSetter",
     "GPUDevice",
     "GPUNeed",
     "LedgerError",

@@ -65,7 +65,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 from gpusched.annotations import GPU_IDS, Assignment
 from gpusched.cache.errors import CacheError
@@ -77,7 +77,13 @@ from gpusched.clock import Clock
 from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory
 from gpusched.priority import pod_priority
 
-__all__ = ["DEFAULT_ASSUMED_TTL", "TERMINAL_PHASES", "SchedulerCache"]
+__all__ = [
+    "DEFAULT_ASSUMED_TTL",
+    "TERMINAL_PHASES",
+    "ClaimedDevicesSource",
+    "ClaimedSetter",
+    "SchedulerCache",
+]
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +131,20 @@ def _annotated(pod: Mapping[str, Any]) -> bool:
     return GPU_IDS in (meta.get("annotations") or {})
 
 
+ClaimedSetter = Callable[[str, Mapping[str | int, str], int], None]
+"""``set_claimed(node, claimed, version)``: what a :class:`ClaimedDevicesSource` is given."""
+
+
+@runtime_checkable
+class ClaimedDevicesSource(Protocol):
+    """A plugin that knows devices held outside pods (ResourceClaims: DynamicResources). The
+    scheduler gives it, once at start-up, a setter that marks them in the cache's ledgers
+    (:meth:`SchedulerCache.set_claimed`) and re-queues pods waiting for GPUs when some are
+    unmarked. The seam between DRA and the device ledger: GPUFit sees them taken."""
+
+    def attach_cache(self, set_claimed: ClaimedSetter) -> None: ...
+
+
 class SchedulerCache:
     """Nodes, bound and assumed pods, GPU ledgers; see the module docstring.
 
@@ -157,6 +177,8 @@ class SchedulerCache:
         """Node policies the scheduler resolved, by node name (others get ``_policy``)."""
         self._nominated: dict[str, str] = {}
         """Pod uid -> the node it is nominated to (:meth:`nominate`)."""
+        self._claimed: dict[str, tuple[dict[str | int, str], int]] = {}
+        """Node -> the devices ResourceClaims hold there, and the version (:meth:`set_claimed`)."""
 
     # --- Nodes --------------------------------------------------------------------------
 
@@ -166,6 +188,8 @@ class SchedulerCache:
         info = self._nodes.get(name)
         if info is None:
             info = NodeInfo(name, node, self._inventories.get(name), policy=self._policy_of(name))
+            if name in self._claimed:
+                info.set_claimed(*self._claimed[name])
             self._nodes[name] = info
         else:
             info.set_node(node)
@@ -222,6 +246,28 @@ class SchedulerCache:
         if info is not None and info.policy != self._policy_of(node_name):
             info.set_policy(self._policy_of(node_name))
             self._nodes.move_to_end(node_name)
+
+    def set_claimed(
+        self, node_name: str, claimed: Mapping[str | int, str], version: int = 0
+    ) -> bool:
+        """The devices ResourceClaims hold on ``node_name`` now (UUID, or index of an
+        anonymous GPU -> ``namespace/name`` of the claim; empty: none), from the
+        DynamicResources plugin: the ledger never gives them to a pod that does not use the
+        claim (:meth:`NodeLedger.set_claimed`); a new ``version`` (the source's, of what else
+        it sees on the node) moves the node's generation (:meth:`NodeInfo.set_claimed`). May
+        come before the Node. Returns whether a device lost its mark (pods waiting for GPUs are
+        worth trying again). O(GPUs + MIG devices).
+        """
+        before = self._claimed.get(node_name, ({}, 0))[0]
+        freed = not before.keys() <= claimed.keys()
+        if claimed or version:
+            self._claimed[node_name] = (dict(claimed), version)
+        else:
+            self._claimed.pop(node_name, None)
+        info = self._nodes.get(node_name)
+        if info is not None and info.set_claimed(claimed, version):
+            self._nodes.move_to_end(node_name)
+        return freed
 
     def _policy_of(self, node_name: str) -> SharingPolicy:
         return self._policies.get(node_name, self._policy)
@@ -290,6 +336,8 @@ class SchedulerCache:
         info = self._nodes.get(name)
         if info is None:  # a pod before its node: a ghost until the Node arrives
             info = NodeInfo(name, None, self._inventories.get(name), policy=self._policy_of(name))
+            if name in self._claimed:
+                info.set_claimed(*self._claimed[name])
             self._nodes[name] = info
         return info
 

@@ -54,6 +54,13 @@ Holding a device
       claim *over*; such a device takes no new share until it is back within its limits.
     - *MIG device* (``nvidia.com/mig-<profile>``): a MIG-enabled GPU is never held whole; each of
       its MIG devices has at most one holder, named by its ``MIG-`` UUID.
+    - *Claimed by a ResourceClaim* (DRA, :mod:`gpusched.dra`): a GPU or MIG device that some
+      ResourceClaim's ``status.allocation`` holds, whoever allocated it, is marked ``claimed``
+      (:meth:`NodeLedger.set_claimed`, the whole set per node, from the DynamicResources
+      plugin through the cache). A claimed device is never *free*: whole-GPU, MIG and shared
+      pods are not given it, exactly as if a pod held it; but it has no holder, so the pod that
+      uses the claim books it under its own name (its assignment annotations) without a
+      conflict. The mark is not a claim: releasing pods never clears it, only the next set.
     - *Inferred*: a pod bound by someone else (kube-scheduler, a user's ``nodeName``) asks for
       ``nvidia.com/gpu: N`` but says nothing about which devices the device plugin gave it.
       :meth:`NodeLedger.allocate_inferred` books the lowest free indices (and lowest free MIG
@@ -168,7 +175,7 @@ def mib_text(mib: int) -> str:
 class MIGInstance:
     """One MIG device of a MIG-enabled GPU, and the pod holding it (if any)."""
 
-    __slots__ = ("holder", "inferred", "memory_mib", "profile", "resource", "uuid")
+    __slots__ = ("claimed", "holder", "inferred", "memory_mib", "profile", "resource", "uuid")
 
     def __init__(self, uuid: str, profile: str, memory_mib: int) -> None:
         self.uuid = uuid
@@ -178,6 +185,8 @@ class MIGInstance:
         self.memory_mib = memory_mib
         self.holder: str | None = None
         self.inferred = False
+        self.claimed: str | None = None
+        """The ResourceClaim (``namespace/name``) allocated this MIG device, else ``None``."""
 
     def _clone(self) -> MIGInstance:
         clone = MIGInstance.__new__(MIGInstance)
@@ -187,6 +196,7 @@ class MIGInstance:
         clone.memory_mib = self.memory_mib
         clone.holder = self.holder
         clone.inferred = self.inferred
+        clone.claimed = self.claimed
         return clone
 
 
@@ -202,6 +212,7 @@ class GPUDevice:
     """
 
     __slots__ = (
+        "claimed",
         "cores_used",
         "exclusive",
         "holders",
@@ -246,11 +257,20 @@ class GPUDevice:
         self.holders: dict[str, int] = {}
         self.exclusive: str | None = None
         self.inferred = False
+        self.claimed: str | None = None
+        """The ResourceClaim (``namespace/name``) allocated this GPU, else ``None``: it takes
+        no new holder but the claim's own pods (module docstring)."""
 
     @property
     def free(self) -> bool:
-        """Whether the device can be taken whole: healthy, MIG off and no holder."""
-        return not self.mig_enabled and not self.holders and self.unhealthy is None
+        """Whether the device can be taken whole: healthy, MIG off, no holder and no
+        ResourceClaim's."""
+        return (
+            not self.mig_enabled
+            and not self.holders
+            and self.unhealthy is None
+            and self.claimed is None
+        )
 
     def _clone(self) -> GPUDevice:
         clone = GPUDevice.__new__(GPUDevice)
@@ -268,6 +288,7 @@ class GPUDevice:
         clone.holders = dict(self.holders)
         clone.exclusive = self.exclusive
         clone.inferred = self.inferred
+        clone.claimed = self.claimed
         return clone
 
     def describe(self) -> dict[str, Any]:
@@ -283,9 +304,12 @@ class GPUDevice:
             "exclusive": self.exclusive,
             "inferred": self.inferred,
         }
+        if self.claimed is not None:
+            out["claimed"] = self.claimed
         if self.mig_enabled:
             out["mig"] = [
                 {"uuid": m.uuid, "profile": m.profile, "holder": m.holder, "inferred": m.inferred}
+                | ({"claimed": m.claimed} if m.claimed is not None else {})
                 for m in self.mig
             ]
         return out
@@ -304,6 +328,7 @@ _PHYSICAL: Final = 7
 _CORES: Final = 8
 _STARVED: Final = 9
 _UNHEALTHY: Final = 10
+_CLAIMED: Final = 11
 
 REFUSAL_KINDS: Final = {
     _MIG: "mig",
@@ -316,6 +341,7 @@ REFUSAL_KINDS: Final = {
     _CORES: "cores",
     _STARVED: "starved",
     _UNHEALTHY: "unhealthy",
+    _CLAIMED: "claimed",
 }
 """The words :meth:`NodeLedger.refusal_kind` gives, by refusal code."""
 
@@ -428,7 +454,7 @@ class NodeLedger:
             for d in self.devices
             if d.unhealthy is None
             for m in d.mig
-            if m.holder is None and m.resource == resource
+            if m.holder is None and m.claimed is None and m.resource == resource
         ]
 
     def can_fit(
@@ -604,6 +630,8 @@ class NodeLedger:
             return _EXCLUSIVE
         if device.unhealthy is not None:
             return _UNHEALTHY
+        if device.claimed is not None:
+            return _CLAIMED
         memory = device.memory_mib
         if memory is None:
             return _UNKNOWN_MEMORY
@@ -638,6 +666,8 @@ class NodeLedger:
             return f"GPU {i} cannot be shared: its node's policy allows whole GPUs only"
         if code == _UNHEALTHY:
             return f"GPU {i} is unhealthy ({device.unhealthy}) and takes no new pod"
+        if code == _CLAIMED:
+            return f"GPU {i} is allocated to ResourceClaim {device.claimed}"
         if code == _MIG:
             return (
                 f"GPU {i} is in MIG mode and MIG devices are never shared: ask for a MIG "
@@ -942,6 +972,68 @@ class NodeLedger:
         if not claim.exclusive:
             self._shared -= 1
         return True
+
+    def set_claimed(self, claimed: Mapping[str | int, str]) -> bool:
+        """Mark exactly these devices as allocated to ResourceClaims (module docstring), every
+        other mark goes: ``claimed`` maps a device to its claim (``namespace/name``), a device
+        named by its UUID (a GPU's or a MIG device's) or, for a GPU whose UUID is unknown
+        (anonymous), by its index. Unknown devices are ignored. Returns whether any mark
+        changed. O(GPUs + MIG devices).
+
+        DRA names devices by UUID (NVIDIA's driver publishes each one's ``uuid``), so a claim
+        and the inventory agree on a device even where indices would not."""
+        changed = False
+        for device in self.devices:
+            mark = claimed.get(device.uuid) if device.uuid else claimed.get(device.index)
+            if mark != device.claimed:
+                was_free = device.free
+                device.claimed = mark
+                self._free += int(device.free) - int(was_free)
+                changed = True
+            for instance in device.mig:
+                mark = claimed.get(instance.uuid)
+                if mark != instance.claimed:
+                    instance.claimed = mark
+                    changed = True
+        return changed
+
+    def claimed_devices(self) -> dict[str | int, str]:
+        """The marks :meth:`set_claimed` set, by UUID (by index for an anonymous GPU)."""
+        out: dict[str | int, str] = {}
+        for d in self.devices:
+            if d.claimed is not None:
+                out[d.uuid or d.index] = d.claimed
+            out.update({m.uuid: m.claimed for m in d.mig if m.claimed is not None})
+        return out
+
+    def locate(self, name: str | int) -> tuple[int, str, int] | None:
+        """A device named as :meth:`set_claimed` names it (UUID, or an anonymous GPU's
+        index) as an assignment entry: (GPU index, UUID or "", MiB); ``None`` if unknown.
+        O(GPUs)."""
+        if isinstance(name, int):
+            if 0 <= name < len(self.devices) and self.devices[name].uuid is None:
+                return name, "", self.devices[name].memory_mib or 0
+            return None
+        where = self._mig_index.get(name)
+        if where is not None:
+            return where[0], name, self.devices[where[0]].mig[where[1]].memory_mib
+        for device in self.devices:
+            if device.uuid == name:
+                return device.index, name, device.memory_mib or 0
+        return None
+
+    def held_by_pods(self, uuid: str) -> bool:
+        """Whether a pod holds the device with this UUID (a GPU: whole, shared or one of its
+        MIG devices; a MIG device: it, or its GPU whole). ``False`` for an unknown UUID.
+        O(MIG devices of one GPU)."""
+        where = self._mig_index.get(uuid)
+        if where is not None:
+            device = self.devices[where[0]]
+            return device.mig[where[1]].holder is not None or bool(device.holders)
+        for device in self.devices:
+            if device.uuid == uuid:
+                return bool(device.holders) or any(m.holder is not None for m in device.mig)
+        return False
 
     def clone(self) -> NodeLedger:
         """An independent copy (claims are immutable and shared). O(GPUs + MIG + holders)."""

@@ -22,18 +22,23 @@ Which devices a pod holds
       says why, and it is tried again whenever devices are released or the ledger is rebuilt,
       declared claims first. The pod exists whatever the cache thinks, so nothing raises.
 
-Whole-GPU pods (``nvidia.com/gpu: N``) and MIG pods are exclusive. A pod with a declared
-assignment in a shared form (``gpusched.io/gpu``, WoolyAI's ``woolyai.com/gpu``, HAMi's
-``nvidia.com/gpumem``/``gpucores``, or no GPU resource at all: KAI's fraction annotations)
-shares its GPUs with the VRAM its ``reserved-vram-mib`` lists, unless it asks for a dedicated
-GPU (``gpusched.io/exclusive``/``woolyai.com/exclusive-gpu-use: "true"``, HAMi's
-``nvidia.com/gpucores: 100``); whether it may spill to host memory is its ``swap-from-vram``
-(gpusched's default false, WoolyAI's true), its compute share HAMi's ``nvidia.com/gpucores``.
-These terms, and which resources are shared forms, are the request readers' rules
-(:func:`gpusched.gpu_requests.read_share_terms`, ``SHARED_RESOURCES``), read nowhere else; terms
-they reject are booked as a plain share and noted in ``PodInfo.error``. Cost per add/update of
-a pod with a declared share: ~3 us for gpusched's own form (the readers' fast path; building
-the PodInfo ~7 us where it took ~4 us with the terms read here), ~25 us for the foreign forms.
+Whole-GPU pods (``nvidia.com/gpu: N``) and MIG pods are exclusive, and so is a pod with
+``spec.resourceClaims`` whose assignment declares the GPUs its ResourceClaims got (DRA: the
+DynamicResources plugin writes them). The devices every ResourceClaim holds on the node are
+marked in the ledger (:meth:`NodeInfo.set_claimed`, kept across ledger rebuilds).
+
+A pod with a declared assignment in a shared form (``gpusched.io/gpu``, WoolyAI's
+``woolyai.com/gpu``, HAMi's ``nvidia.com/gpumem``/``gpucores``, or no GPU resource at all: KAI's
+fraction annotations) shares its GPUs with the VRAM its ``reserved-vram-mib`` lists, unless it
+asks for a dedicated GPU (``gpusched.io/exclusive``/``woolyai.com/exclusive-gpu-use: "true"``,
+HAMi's ``nvidia.com/gpucores: 100``); whether it may spill to host memory is its
+``swap-from-vram`` (gpusched's default false, WoolyAI's true), its compute share HAMi's
+``nvidia.com/gpucores``. These terms, and which resources are shared forms, are the request
+readers' rules (:func:`gpusched.gpu_requests.read_share_terms`, ``SHARED_RESOURCES``), read
+nowhere else; terms they reject are booked as a plain share and noted in ``PodInfo.error``. Cost
+per add/update of a pod with a declared share: ~3 us for gpusched's own form (the readers' fast
+path; building the PodInfo ~7 us where it took ~4 us with the terms read here), ~25 us for the
+foreign forms.
 
 A bound pod is booked even beyond its node's sharing limits (it runs whatever the cache
 thinks; ``NodeLedger.allocate(enforce_limits=False)``); an assumed one, the scheduler's own
@@ -182,7 +187,9 @@ class PodInfo:
         """MIG devices requested, as (resource, count), sorted by resource."""
         self.declared = declared if declared is not None and declared.gpu_ids else None
         shared_form = bool(scalar) and not _readers()[0].isdisjoint(scalar)
-        self.exclusive = bool(self.mig) or (bool(self.gpus) and not shared_form)
+        # A DRA pod's declared GPUs are its ResourceClaims' devices, held whole.
+        dra = self.declared is not None and bool((pod.get("spec") or {}).get("resourceClaims"))
+        self.exclusive = bool(self.mig) or ((bool(self.gpus) or dra) and not shared_form)
         """Whether the pod holds its GPUs alone (whole GPUs, MIG devices, a dedicated share)
         or shares them (a declared assignment in a shared form: module docstring)."""
         self.swap = False
@@ -273,6 +280,8 @@ class NodeInfo:
     not yet told exists, that still has pods (as upstream; ghosts never enter snapshots)."""
 
     __slots__ = (
+        "_claimed",
+        "_claimed_version",
         "_inventory",
         "_ledger_key",
         "_ranks",
@@ -319,6 +328,9 @@ class NodeInfo:
         self._unplaced: dict[str, None] = {}
         self._ranks: dict[int, int] = {}
         """Pods per priority rank, for :attr:`lowest_priority_rank`."""
+        self._claimed: Mapping[str | int, str] = {}
+        """The devices ResourceClaims hold (:meth:`set_claimed`), never mutated."""
+        self._claimed_version = 0
         if node is not None:
             self._apply_node(node)
         self._refresh_ledger()
@@ -371,6 +383,22 @@ class NodeInfo:
         self._refresh_ledger()
         self.generation = next_generation()
 
+    def set_claimed(self, claimed: Mapping[str | int, str], version: int = 0) -> bool:
+        """The devices ResourceClaims hold here now (UUID, or index of an anonymous GPU ->
+        claim: :meth:`NodeLedger.set_claimed`): never given to a pod that does not use the
+        claim. ``version`` moves with anything else DRA sees on the node (its slices, devices
+        in flight): a new one moves the generation too, so that cached Filter verdicts
+        (equivalence classes) are recomputed. Returns whether anything changed (then the
+        generation moves). O(GPUs + MIG).
+        """
+        self._claimed = dict(claimed)
+        moved = version != self._claimed_version
+        self._claimed_version = version
+        if not self.ledger.set_claimed(claimed) and not moved:
+            return False
+        self.generation = next_generation()
+        return True
+
     def _refresh_ledger(self) -> None:
         inventory = self._inventory
         if inventory is not None:
@@ -385,6 +413,7 @@ class NodeInfo:
             self.ledger = NodeLedger.from_inventory(inventory, self.policy)
         else:
             self.ledger = NodeLedger.anonymous(key[1], self.policy)
+        self.ledger.set_claimed(self._claimed)
         self._rebook_all()
 
     def _rebook_all(self) -> None:
@@ -630,6 +659,8 @@ class NodeInfo:
         clone._ledger_key = self._ledger_key
         clone._unplaced = dict(self._unplaced)
         clone._ranks = dict(self._ranks)
+        clone._claimed = self._claimed
+        clone._claimed_version = self._claimed_version
         return clone
 
     def describe(self) -> dict[str, Any]:

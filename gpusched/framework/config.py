@@ -622,6 +622,7 @@ def default_plugins() -> Plugins:
         NodeResourcesFit   weight 1  preFilter, filter, preScore, score
         GpuClaims                    preFilter, reserve, preBind (GpuClaims)
         GPUFit             weight 2  preFilter, filter, postFilter, preScore, score, reserve
+        DynamicResources             preFilter, filter, reserve, preBind (ResourceClaims)
         NominatedReservation         filter
         DefaultPreemption            postFilter
         PreferredNode      weight 10 preScore, score
@@ -632,6 +633,8 @@ def default_plugins() -> Plugins:
     NominatedReservation keeps a node's GPUs for the higher-priority pod preemption nominated
     to it; DefaultPreemption (after GPUFit's PostFilter, which only explains) evicts
     lower-priority pods for a pod that fits nowhere (docs/preemption.md).
+    DynamicResources allocates pods' ResourceClaims (docs/dra.md); after GPUFit, so that its
+    Reserve adds the claims' GPUs to GPUFit's assignment; pods without claims skip it and sign.
     PreferredNode honours the pod's ``gpusched.io/preferred-node`` (a modifier of the pod
     API, so on by default; weighted to win while the pod fits there); it skips every other
     pod at PreScore and signs, so batching is unaffected. Coscheduling reads the gang forms
@@ -649,6 +652,7 @@ def default_plugins() -> Plugins:
                 PluginRef(name="NodeResourcesFit", weight=1),
                 PluginRef(name="GpuClaims"),
                 PluginRef(name="GPUFit", weight=2),
+                PluginRef(name="DynamicResources"),
                 PluginRef(name="NominatedReservation"),
                 PluginRef(name="DefaultPreemption"),
                 PluginRef(name="PreferredNode", weight=10),

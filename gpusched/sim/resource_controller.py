@@ -351,7 +351,8 @@ class ResourceClaimController:
             and DELETE_PROTECTION_FINALIZER in finalizers
             and status.get("allocation") is not None
         )
-        if len(valid) < len(reserved) or deleting_allocated:
+        shrunk = len(valid) < len(reserved)
+        if shrunk or deleting_allocated:
             body = dict(claim)
             body["status"] = {**status, "reservedFor": valid}
             if not valid:
@@ -364,8 +365,12 @@ class ResourceClaimController:
             except APIConflict:
                 return  # a newer version is on its way through the watch
             status = claim.get("status") or {}
+        # Upstream removes the finalizer only on the transition to unused (or while the claim
+        # is being deleted): a claim the scheduler has just given the finalizer, and not yet
+        # its allocation (two writes, finalizer first), keeps it.
         if (
-            not valid
+            (shrunk or meta.get("deletionTimestamp"))
+            and not valid
             and status.get("allocation") is None
             and DELETE_PROTECTION_FINALIZER in finalizers
         ):

@@ -81,7 +81,12 @@ async def test_a_replacement_device_plugin_needs_no_change_to_the_scheduler(bed:
     )
     async with bed.running(config=config, registry=registry) as scheduler:
         fw = scheduler.frameworks[bed.scheduler_name]
-        assert fw.list_plugins()["reserve"] == ["GpuClaims", "Coscheduling", "FakeDevices"]
+        assert fw.list_plugins()["reserve"] == [
+            "GpuClaims",
+            "DynamicResources",
+            "Coscheduling",
+            "FakeDevices",
+        ]
         await bed.create_pod(bed.pod("one", gpus=1))
         pods = await bed.pods_until(lambda ps: bool(bound(ps)))
         node = pods["one"]["spec"]["nodeName"]

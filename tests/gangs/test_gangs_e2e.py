@@ -195,7 +195,12 @@ async def test_a_member_deleted_mid_plan_releases_the_others(bed: Bed) -> None:
     await bed.kube.create(sp_path(bed), sp_group("g", 3))
     async with bed.running(config=hold_config(bed), registry=registry) as scheduler:
         fw = scheduler.frameworks[bed.scheduler_name]
-        assert fw.list_plugins()["preBind"] == ["GpuClaims", "Hold", "Coscheduling"]
+        assert fw.list_plugins()["preBind"] == [
+            "GpuClaims",
+            "DynamicResources",
+            "Hold",
+            "Coscheduling",
+        ]
         held = sp_member(bed, "m2", "g", gpus=2)
         held["metadata"]["labels"]["hold"] = "yes"
         await bed.create_pods(

@@ -6,8 +6,9 @@ so the layout of deploy/ does not matter) are applied to the simulated cluster, 
 RBAC for service-account tokens (gpusched.sim.rbac) and the policies (gpusched.sim.vap). The
 scheduler's ServiceAccount is the one its Deployment runs as. Then the real Scheduler, with
 leader election, runs on a token of that ServiceAccount: preflight finds nothing missing, GPU
-pods, a gang and a preemption bind, Events are written and the reservation and leader Leases
-are used; the API server refused none of its requests.
+pods, a gang, a pod with a ResourceClaim (allocated, then released) and a preemption bind,
+Events are written and the reservation and leader Leases are used; the API server refused none
+of its requests.
 
 Needs kubectl (with its built-in kustomize); skipped without it. Simulation only: a real cluster
 would need impersonation, which this test does not do.
@@ -29,8 +30,10 @@ import yaml
 from conftest import Target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scheduler"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dra"))
 
 from scheduler_bed import Bed, assert_no_double_booking, bound, objects_until, open_bed
+from test_dra_e2e import DRA, claim_pod, claims_path, create_template, device_class, publish_slices
 
 from gpusched.gangs import scheduler_plugins
 from gpusched.kube.client import Kube, resource_path
@@ -142,11 +145,21 @@ async def test_scheduler_with_the_shipped_rbac(bed: Bed) -> None:
         for member in members:
             member["metadata"]["labels"][scheduler_plugins.LABEL] = "gang"
         await bed.create_pods(members)
-        names = {"one", "two", "m0", "m1", "m2"}
+        # A pod whose ResourceClaim (from a template) the scheduler allocates and releases.
+        await publish_slices(bed, [node])
+        await bed.kube.create(resource_path(DRA, "v1", "deviceclasses"), device_class(bed))
+        await create_template(bed, "one-gpu", 1)
+        await bed.create_pod(claim_pod(bed, "dra", "one-gpu"))
+        names = {"one", "two", "m0", "m1", "m2", "dra"}
         await bed.pods_until(lambda pods: names <= set(bound(pods)))
         for name in names:
             await bed.delete_pod(name, now=True)
         await bed.pods_until(lambda pods: not names & set(pods))
+        await objects_until(  # released and deallocated: its GPU is free for "big" below
+            bed.kube,
+            claims_path(bed),
+            lambda cs: all(not (c.get("status") or {}).get("allocation") for c in cs.values()),
+        )
 
         # Preemption: eight 1-GPU pods at priority level 2, then an 8-GPU pod at level 0.
         low = [f"low{i}" for i in range(8)]

@@ -27,6 +27,7 @@ EXPECTED = [
     "NodeResourcesFit",
     "GpuClaims",
     "GPUFit",
+    "DynamicResources",
     "NominatedReservation",
     "DefaultPreemption",
     "PreferredNode",
@@ -49,7 +50,13 @@ def test_the_default_configuration_builds() -> None:
     assert fw.list_plugins() == {
         "preEnqueue": ["PrioritySort", "SchedulingGates", "Coscheduling"],
         "queueSort": ["PrioritySort"],
-        "preFilter": ["NodeAffinity", "NodeResourcesFit", "GpuClaims", "GPUFit"],
+        "preFilter": [
+            "NodeAffinity",
+            "NodeResourcesFit",
+            "GpuClaims",
+            "GPUFit",
+            "DynamicResources",
+        ],
         "filter": [
             "NodeUnschedulable",
             "NodeName",
@@ -57,6 +64,7 @@ def test_the_default_configuration_builds() -> None:
             "NodeAffinity",
             "NodeResourcesFit",
             "GPUFit",
+            "DynamicResources",
             "NominatedReservation",
         ],
         "postFilter": ["GPUFit", "DefaultPreemption"],
@@ -68,9 +76,9 @@ def test_the_default_configuration_builds() -> None:
             "PreferredNode",
         ],
         "score": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit", "PreferredNode"],
-        "reserve": ["GpuClaims", "GPUFit", "Coscheduling"],
+        "reserve": ["GpuClaims", "GPUFit", "DynamicResources", "Coscheduling"],
         "permit": ["Coscheduling"],
-        "preBind": ["GpuClaims", "Coscheduling"],
+        "preBind": ["GpuClaims", "DynamicResources", "Coscheduling"],
         "bind": ["DefaultBinder"],
         "postBind": [],
     }
