@@ -152,9 +152,9 @@ def test_bad_claim_templates_name_the_problem(tmp_path: Path, pod: str, message:
 def test_the_command_exits_2_on_a_bad_claim(tmp_path: Path, pod: str, message: str) -> None:
     path = tmp_path / "w.yaml"
     path.write_text(f"name: x\nwaves:\n- name: a\n  count: 1\n  pod: {pod}\n")
+    command = ["sim", "run", "--cluster", "dgx-h100-dra", "--workload", str(path)]
     out = subprocess.run(
-        [sys.executable, "-m", "gpusched", "sim", "run", "--cluster", "dgx-h100-dra"]
-        + ["--workload", str(path)],
+        [sys.executable, "-m", "gpusched", *command],
         capture_output=True,
         text=True,
         timeout=60,
