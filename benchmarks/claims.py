@@ -22,9 +22,11 @@ A measured pod is *complete* when everything a user expects is written: it is bo
 ``Scheduled`` Event exists and its claim's status says it holds it (GpuClaim ``status.phase:
 Allocated`` with ``pods: [it]``; ResourceClaim ``status.allocation`` with ``reservedFor`` it).
 
-Figures per form: pods/s to the last bind and to the last complete pod (Events are written
-under their own budget, 50/s, so the second is mostly that budget); create-to-bound latency
-p50/p99; API writes per measured pod as the API server counted them, all of them but the
+Figures per form: the load generator's create rate (a GpuClaim pod is two creates);
+pods/s to the last bind and to the last complete pod (Events are written under their own
+budget, 50/s, so the second is mostly that budget); create-to-bound latency p50/p99; CPU
+milliseconds per pod of the scheduler, the API server (with the controller) and the load
+generator (from /proc); API writes per measured pod as the API server counted them, all of them but the
 load generator's creates (pods, GpuClaims), by resource (Binding, Lease, Event, claim and
 claim status, pod status); the claim writes per pod alone; the release writes per pod once the
 pods are deleted (the GpuClaim's status and finalizer; the DRA claim's deallocation and
@@ -54,7 +56,13 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from scheduler_perf import SchedulerProcess, SimProcess, _percentile, pod_body  # noqa: E402
+from scheduler_perf import (  # noqa: E402
+    SchedulerProcess,
+    SimProcess,
+    _cpu_seconds,
+    _percentile,
+    pod_body,
+)
 
 __all__ = ["FORMS", "NOT_REGISTERED", "main", "run"]
 
@@ -250,7 +258,11 @@ async def _delete_all(kube: Any, ns: str, claims: bool) -> None:
 
 
 async def _form(
-    sim: SimProcess, kubes: list[Any], form: str, args: argparse.Namespace
+    sim: SimProcess,
+    scheduler: SchedulerProcess,
+    kubes: list[Any],
+    form: str,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
     from gpusched.kube.client import resource_path
     from gpusched.kube.reflector import Reflector
@@ -288,10 +300,14 @@ async def _form(
         if not await watch.wait(warm, claims, args.timeout):
             raise RuntimeError(f"{form}: warm-up pods not all complete in {args.timeout}s")
         before = await _settled(sim)
+        pids = {"scheduler": scheduler.proc.pid, "apiserver": sim.proc.pid, "loadgen": None}
+        cpu_before = {k: _cpu_seconds(p) for k, p in pids.items()}
         names = [f"pod-{i}" for i in range(args.pods)]
         start = time.monotonic()
         created = await _create(kubes, form, ns, names, args.gpus, args.concurrency)
+        row["create_per_s"] = args.pods / (time.monotonic() - start)
         row["complete"] = await watch.wait(names, claims, args.timeout)
+        cpu_after = {k: _cpu_seconds(p) for k, p in pids.items()}
         after = await _settled(sim)
         await _delete_all(kube, ns, form == "gpuclaim")
         released = await _settled(sim)
@@ -311,6 +327,9 @@ async def _form(
     latencies = [max(bound[n] - created[n], 0.0) for n in bound]
     row["latency_p50_s"] = _percentile(latencies, 50)
     row["latency_p99_s"] = _percentile(latencies, 99)
+    row["cpu_ms_per_pod"] = {
+        k: (cpu_after[k] - cpu_before[k]) / max(len(bound), 1) * 1e3 for k in pids
+    }
     per_pod = _per_pod(before, after, max(len(bound), 1))
     row["writes_per_pod"] = sum(per_pod.values())
     row["writes_per_pod_by_kind"] = _group(per_pod)
@@ -348,7 +367,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if form == "dra" and not dra_plugin_registered():
                     rows.append({"form": form, "nodes": args.nodes, "skipped": NOT_REGISTERED})
                     continue
-                rows.append(await _form(sim, kubes, form, args))
+                rows.append(await _form(sim, scheduler, kubes, form, args))
         finally:
             if scheduler is not None:
                 scheduler.stop()
@@ -373,7 +392,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     head = (
-        f"{'form':9} {'bound':>6} {'pods/s':>7} {'vs plain':>8} {'complete/s':>10} "
+        f"{'form':9} {'bound':>6} {'created/s':>9} {'pods/s':>7} {'vs plain':>8} "
+        f"{'complete/s':>10} {'sched ms':>8} "
         f"{'p50 ms':>7} {'p99 ms':>7} {'writes/pod':>10} {'claim':>6} {'binding':>7} "
         f"{'lease':>6} {'event':>6} {'pod st.':>7} {'release':>7}"
     )
@@ -384,8 +404,9 @@ def table(result: dict[str, Any]) -> str:
             continue
         k = r["writes_per_pod_by_kind"]
         lines.append(
-            f"{r['form']:9} {r['bound']:>6} {r['pods_per_s']:>7,.0f} "
+            f"{r['form']:9} {r['bound']:>6} {r['create_per_s']:>9,.0f} {r['pods_per_s']:>7,.0f} "
             f"{r.get('pods_per_s_vs_plain', 1.0):>7.2f}x {r['pods_per_s_complete']:>10,.0f} "
+            f"{r['cpu_ms_per_pod']['scheduler']:>8.1f} "
             f"{r['latency_p50_s'] * 1e3:>7,.0f} {r['latency_p99_s'] * 1e3:>7,.0f} "
             f"{r['writes_per_pod']:>10.2f} {k.get('claim', 0.0):>6.2f} "
             f"{k.get('binding', 0.0):>7.2f} {k.get('lease', 0.0):>6.2f} "
