@@ -22,15 +22,15 @@ A measured pod is *complete* when everything a user expects is written: it is bo
 ``Scheduled`` Event exists and its claim's status says it holds it (GpuClaim ``status.phase:
 Allocated`` with ``pods: [it]``; ResourceClaim ``status.allocation`` with ``reservedFor`` it).
 
-Figures per form: the load generator's create rate (a GpuClaim pod is two creates);
-pods/s to the last bind and to the last complete pod (Events are written under their own
-budget, 50/s, so the second is mostly that budget); create-to-bound latency p50/p99; CPU
-milliseconds per pod of the scheduler, the API server (with the controller) and the load
-generator (from /proc); API writes per measured pod as the API server counted them, all of them but the
-load generator's creates (pods, GpuClaims), by resource (Binding, Lease, Event, claim and
-claim status, pod status); the claim writes per pod alone; the release writes per pod once the
-pods are deleted (the GpuClaim's status and finalizer; the DRA claim's deallocation and
-deletion by the controller).
+Figures per form: the load generator's create rate (a GpuClaim pod is two creates); pods/s to
+the last bind and to the last complete pod (Events are written under their own budget, 50/s, so
+the second is mostly that budget); create-to-bound latency p50/p99; CPU milliseconds per pod of
+the scheduler, the API server (with the controller) and the load generator (from /proc); API
+writes per measured pod as the API server counted them, all of them but the load generator's
+creates (pods, GpuClaims), by resource (Binding, Lease, Event, claim and claim status, pod
+status); the claim writes per pod alone; the release writes per pod once the pods are deleted
+(the GpuClaim's status and finalizer; the DRA claim's deallocation and deletion by the
+controller).
 
     python benchmarks/claims.py [--nodes 1000] [--pods 1000] [--warmup 200] [--gpus 2]
         [--concurrency 16] [--timeout 300] [--json benchmarks/results-claims.json]
