@@ -15,7 +15,9 @@ writes a claim pod costs. Three forms of the same ask, two H100s (``--gpus``):
 One simulated API server in its own process (``scheduler_perf.SimProcess``: ``dgx-h100-dra``
 rescaled to ``--nodes``, ResourceSlices published, no kubelets, every request counted by verb
 and resource, the resourceclaim controller running in it) and one ``python -m gpusched
-scheduler`` as shipped. Each form in turn, in its own namespace: ``--warmup`` pods created and
+scheduler`` as shipped. Each form in turn (``--repeats`` rounds of all forms, interleaved, so
+that noise from the machine falls on every form alike; a form's row is its median run), in its
+own namespace: ``--warmup`` pods created and
 waited for, then ``--pods`` measured pods created by ``--concurrency`` workers as fast as they
 go; then the pods are deleted (grace 0) and the deletions' writes settle before the next form.
 A measured pod is *complete* when everything a user expects is written: it is bound, its
@@ -33,7 +35,7 @@ status); the claim writes per pod alone; the release writes per pod once the pod
 controller).
 
     python benchmarks/claims.py [--nodes 1000] [--pods 1000] [--warmup 200] [--gpus 2]
-        [--concurrency 16] [--timeout 300] [--json benchmarks/results-claims.json]
+        [--repeats 1] [--concurrency 16] [--timeout 300] [--json benchmarks/results-claims.json]
 
 Prints a table and writes the figures as JSON. Figures depend on the machine and on what else
 runs on it; speed is never asserted in tests.
@@ -46,6 +48,7 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -263,11 +266,12 @@ async def _form(
     kubes: list[Any],
     form: str,
     args: argparse.Namespace,
+    round_: int = 0,
 ) -> dict[str, Any]:
     from gpusched.kube.client import resource_path
     from gpusched.kube.reflector import Reflector
 
-    ns = f"claims-{form}"
+    ns = f"claims-{form}-{round_}"
     kube = kubes[0]
     row: dict[str, Any] = {"form": form, "nodes": args.nodes, "gpus_per_pod": args.gpus}
     row.update(warmup=args.warmup, pods=args.pods)
@@ -347,11 +351,23 @@ async def _form(
     return row
 
 
+def _median_row(form: str, runs: list[dict[str, Any]] | None, nodes: int) -> dict[str, Any]:
+    """The run with the median pods/s (its other figures with it), and every run's pods/s."""
+    if not runs:
+        return {"form": form, "nodes": nodes, "skipped": NOT_REGISTERED}
+    ordered = sorted(runs, key=lambda r: r["pods_per_s"])
+    row = dict(ordered[(len(ordered) - 1) // 2])
+    row["repeats"] = len(runs)
+    row["pods_per_s_all"] = [r["pods_per_s"] for r in runs]
+    row["pods_per_s_complete_all"] = [r["pods_per_s_complete"] for r in runs]
+    return row
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from gpusched.kube.client import connect
     from gpusched.sim.run import dra_plugin_registered
 
-    rows: list[dict[str, Any]] = []
+    samples: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         sim = SimProcess(args.nodes, tmp, CLUSTER)
@@ -363,11 +379,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             kubes = [await connect(sim.kubeconfig) for _ in range(4)]
             scheduler = SchedulerProcess(sim.kubeconfig, tmp, f"claims-{args.nodes}")
             await scheduler.ready(timeout=600)
-            for form in args.forms.split(","):
-                if form == "dra" and not dra_plugin_registered():
-                    rows.append({"form": form, "nodes": args.nodes, "skipped": NOT_REGISTERED})
-                    continue
-                rows.append(await _form(sim, scheduler, kubes, form, args))
+            for round_ in range(args.repeats):  # the forms interleaved, round by round
+                for form in args.forms.split(","):
+                    if form == "dra" and not dra_plugin_registered():
+                        continue
+                    sample = await _form(sim, scheduler, kubes, form, args, round_)
+                    samples.setdefault(form, []).append(sample)
         finally:
             if scheduler is not None:
                 scheduler.stop()
@@ -376,16 +393,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             sim.stop()
             if sim.proc.stdout is not None:  # SimProcess.stop leaves its pipe open
                 sim.proc.stdout.close()
-    plain = next((r for r in rows if r["form"] == "plain" and "skipped" not in r), None)
-    for r in rows:
-        if plain is not None and "skipped" not in r and plain["pods_per_s"]:
-            r["pods_per_s_vs_plain"] = r["pods_per_s"] / plain["pods_per_s"]
-            r["extra_writes_per_pod_vs_plain"] = r["writes_per_pod"] - plain["writes_per_pod"]
+    rows = [_median_row(form, samples.get(form), args.nodes) for form in args.forms.split(",")]
+    plain = samples.get("plain")
+    for row in rows:
+        runs = samples.get(row["form"])
+        if plain and runs and "skipped" not in row:
+            pairs = zip(runs, plain, strict=True)
+            ratios = [r["pods_per_s"] / p["pods_per_s"] for r, p in pairs if p["pods_per_s"]]
+            row["pods_per_s_vs_plain"] = statistics.median(ratios) if ratios else 0.0
+            row["pods_per_s_vs_plain_all"] = ratios
+            extra = [
+                r["writes_per_pod"] - p["writes_per_pod"] for r, p in zip(runs, plain, strict=True)
+            ]
+            row["extra_writes_per_pod_vs_plain"] = statistics.median(extra)
     return {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "cluster": CLUSTER,
         "nodes": args.nodes,
         "concurrency": args.concurrency,
+        "repeats": args.repeats,
         "forms": rows,
     }
 
@@ -424,6 +450,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--gpus", type=int, default=2, help="GPUs each pod asks for")
     parser.add_argument("--forms", default=",".join(FORMS), help="forms, in this order")
     parser.add_argument("--concurrency", type=int, default=16, help="creating workers")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds of every form, interleaved (median)"
+    )
     parser.add_argument("--timeout", type=float, default=300, help="seconds per wait")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
