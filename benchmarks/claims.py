@@ -360,6 +360,7 @@ def _median_row(form: str, runs: list[dict[str, Any]] | None, nodes: int) -> dic
     row["repeats"] = len(runs)
     row["pods_per_s_all"] = [r["pods_per_s"] for r in runs]
     row["pods_per_s_complete_all"] = [r["pods_per_s_complete"] for r in runs]
+    row["scheduler_cpu_ms_per_pod_all"] = [r["cpu_ms_per_pod"]["scheduler"] for r in runs]
     return row
 
 
