@@ -15,10 +15,11 @@ import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from gpusched.kube.client import Kube
 from gpusched.sim.fleet import load_cluster_spec
 from gpusched.sim.resource_slices import DEVICE_CLASSES
 from gpusched.sim.run import RunReport, dra_plugin_registered, run_workload
@@ -217,3 +218,40 @@ async def test_dra_pods_bind_with_their_claim_allocated(tmp_path: Path) -> None:
     assert report.claim_bound["dra"] == report.claim_allocated["dra"] == dra
     assert f"ResourceClaim (DRA) pods: {dra} of {dra} bound, {dra} with their claim" in text
     assert not report.pending
+
+
+def allocated_claim(pod: str, devices: int, reserved: bool = True) -> dict[str, Any]:
+    """A ResourceClaim as kube-scheduler's DynamicResources plugin leaves it (upstream's
+    ``AllocationResult`` and ``ResourceClaimConsumerReference``)."""
+    results = [
+        {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n0", "device": f"gpu-{i}"}
+        for i in range(devices)
+    ]
+    status: dict[str, Any] = {"allocation": {"devices": {"results": results}}}
+    if reserved:
+        status["reservedFor"] = [{"resource": "pods", "name": pod, "uid": "u1"}]
+    return {
+        "metadata": {"name": f"{pod}-gpus-x1y2z", "namespace": "default"},
+        "status": status,
+    }
+
+
+@pytest.mark.parametrize(
+    ("claim", "allocated", "devices"),
+    [
+        (allocated_claim("w-a-00000", 2), {"default/w-a-00000"}, {"default/w-a-00000": 2}),
+        (allocated_claim("w-a-00000", 2, reserved=False), set(), {}),
+        ({"metadata": {"name": "c", "namespace": "default"}, "status": {}}, set(), {}),
+    ],
+)
+def test_the_run_reads_a_dra_pods_allocation_from_its_claim(
+    claim: dict[str, Any], allocated: set[str], devices: dict[str, int]
+) -> None:
+    """What the summary and GPU utilisation count for a DRA pod (runnable before the plugin)."""
+    from gpusched.clock import RealClock
+    from gpusched.sim.run import _Observer
+
+    observer = _Observer(cast(Kube, None), one_wave({"gpus": 2, "claim": "dra"}), RealClock())
+    observer._on_resourceclaim("MODIFIED", claim, None)
+    assert observer.allocated == allocated
+    assert observer.dra_devices == devices
