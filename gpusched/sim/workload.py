@@ -32,23 +32,15 @@ A pod template asks for GPUs in one of the four shapes of README's pod API table
     {vram: 40Gi, exclusive: true}              the above + annotation gpusched.io/exclusive
     {mig: 2g.20gb, migFallback: [1g.10gb]}     nvidia.com/mig-2g.20gb: 1 + gpusched.io/mig-fallback
 
-A pod may instead take its GPUs through a claim object (README's "Three ways to ask for
-GPUs"), which the replay creates before the pod::
+Or through a claim object, which ``replay`` creates first (labelled with workload and wave)::
 
-    {gpus: 2, claim: gpuclaim}                 a GpuClaim (gpu.scheduling/v1) per pod, count 2,
-                                               named by gpu.scheduling/claim; the pod also asks
-                                               nvidia.com/gpu: 2, as the seed's example does
-    {vram: 20Gi, shared: 2, claim: gpuclaim}   a Shared claim (vramPerDevice 20Gi)
-    {mig: 1g.10gb, claim: gpuclaim}            a claim of one MIG device (migProfile)
-    {gpus: 2, claim: gpuclaim, contiguous: true, topologyMode: Required, minBandwidthGBps: 600}
-    {gpus: 2, claim: dra}                      one ResourceClaimTemplate per wave (resource.k8s.io
-                                               /v1, exactly 2 of DeviceClass gpu.nvidia.com); the
-                                               pod names it in spec.resourceClaims and its
-                                               container in resources.claims, and asks for no
-                                               device resource (the claim is the whole ask)
-
-A GpuClaim is named as its pod and labelled with the workload and wave, as are the claims the
-resourceclaim controller makes from a wave's template.
+    {gpus: 2, claim: gpuclaim}   a GpuClaim per pod, named as the pod, count 2, that the pod's
+                                 gpu.scheduling/claim names; the pod asks nvidia.com/gpu: 2 too
+                                 (vram: a Shared claim; mig: its migProfile; contiguous,
+                                 topologyMode, minBandwidthGBps: its topology)
+    {gpus: 2, claim: dra}        a ResourceClaimTemplate per wave (exactly 2 of DeviceClass
+                                 gpu.nvidia.com) named in the pod's spec.resourceClaims; no
+                                 device resource: the claim is the whole ask
 
 Why the template and not raw limits: a typo in a limit would create pods the scheduler
 rejects at run time, far from the file; the template is checked when the workload loads (one
