@@ -302,6 +302,7 @@ async def _form(
         warm = [f"warm-{i}" for i in range(args.warmup)]
         await _create(kubes, form, ns, warm, args.gpus, args.concurrency)
         if not await watch.wait(warm, claims, args.timeout):
+            await _delete_all(kube, ns, form == "gpuclaim")  # free the GPUs for the next form
             raise RuntimeError(f"{form}: warm-up pods not all complete in {args.timeout}s")
         before = await _settled(sim)
         pids = {"scheduler": scheduler.proc.pid, "apiserver": sim.proc.pid, "loadgen": None}
@@ -351,10 +352,12 @@ async def _form(
     return row
 
 
-def _median_row(form: str, runs: list[dict[str, Any]] | None, nodes: int) -> dict[str, Any]:
+def _median_row(
+    form: str, runs: list[dict[str, Any]] | None, nodes: int, error: str | None
+) -> dict[str, Any]:
     """The run with the median pods/s (its other figures with it), and every run's pods/s."""
     if not runs:
-        return {"form": form, "nodes": nodes, "skipped": NOT_REGISTERED}
+        return {"form": form, "nodes": nodes, "skipped": error or NOT_REGISTERED}
     ordered = sorted(runs, key=lambda r: r["pods_per_s"])
     row = dict(ordered[(len(ordered) - 1) // 2])
     row["repeats"] = len(runs)
@@ -369,6 +372,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from gpusched.sim.run import dra_plugin_registered
 
     samples: dict[str, list[dict[str, Any]]] = {}
+    failed: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         sim = SimProcess(args.nodes, tmp, CLUSTER)
@@ -384,7 +388,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for form in args.forms.split(","):
                     if form == "dra" and not dra_plugin_registered():
                         continue
-                    sample = await _form(sim, scheduler, kubes, form, args, round_)
+                    try:
+                        sample = await _form(sim, scheduler, kubes, form, args, round_)
+                    except RuntimeError as exc:  # a form that never completes: say so, go on
+                        failed[form] = str(exc)
+                        print(f"  {form}: {exc}", file=sys.stderr, flush=True)
+                        continue
                     samples.setdefault(form, []).append(sample)
         finally:
             if scheduler is not None:
@@ -394,7 +403,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             sim.stop()
             if sim.proc.stdout is not None:  # SimProcess.stop leaves its pipe open
                 sim.proc.stdout.close()
-    rows = [_median_row(form, samples.get(form), args.nodes) for form in args.forms.split(",")]
+    rows = [
+        _median_row(form, samples.get(form), args.nodes, failed.get(form))
+        for form in args.forms.split(",")
+    ]
     plain = samples.get("plain")
     for row in rows:
         runs = samples.get(row["form"])
