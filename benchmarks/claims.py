@@ -442,9 +442,10 @@ def table(result: dict[str, Any]) -> str:
             lines.append(f"{r['form']:9} {r['skipped']}")
             continue
         k = r["writes_per_pod_by_kind"]
+        vs = f"{r['pods_per_s_vs_plain']:.2f}x" if "pods_per_s_vs_plain" in r else "-"
         lines.append(
             f"{r['form']:9} {r['bound']:>6} {r['create_per_s']:>9,.0f} {r['pods_per_s']:>7,.0f} "
-            f"{r.get('pods_per_s_vs_plain', 1.0):>7.2f}x {r['pods_per_s_complete']:>10,.0f} "
+            f"{vs:>8} {r['pods_per_s_complete']:>10,.0f} "
             f"{r['cpu_ms_per_pod']['scheduler']:>8.1f} "
             f"{r['latency_p50_s'] * 1e3:>7,.0f} {r['latency_p99_s'] * 1e3:>7,.0f} "
             f"{r['writes_per_pod']:>10.2f} {k.get('claim', 0.0):>6.2f} "
