@@ -17,6 +17,8 @@
                          [--fake-nvml CLUSTER:NODE | --nvml-tape FILE] [--metrics-port 10260]
                          [--no-device-plugin | --device-plugin-dir D --shared-replicas N]
     gpusched agent       --record-nvml FILE [--node-name N]
+    gpusched explain     [NAMESPACE/]POD [-n NS] [--kubeconfig K] [--config F]
+                         [-o table|wide|json|yaml]
 
 ``gpusched scheduler`` serves ``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``
 on the metrics port. ``/readyz`` is 200 when the replica can do its part: without
@@ -225,6 +227,23 @@ def _parser() -> argparse.ArgumentParser:
         help="with --print-manifests: write them as a kustomize folder (deploy/webhook/)",
     )
 
+    explain = sub.add_parser(
+        "explain",
+        help="why a pod is pending, or where it went: the scheduler's own Filter and Score",
+    )
+    explain.add_argument("pod", metavar="[NAMESPACE/]POD")
+    explain.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
+    explain.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, ~/.kube/config")
+    explain.add_argument("--context", default=None)
+    explain.add_argument(
+        "--config", default=None, help="the scheduler's configuration file (default: built in)"
+    )
+    explain.add_argument(
+        "-o", "--output", choices=("table", "wide", "json", "yaml"), default="table"
+    )
+    explain.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the informers (60)"
+    )
     agent = sub.add_parser("agent", help="the node agent: publish this node's GPUs from NVML")
     agent.add_argument("--node-name", default=None, help="this node's name (default: $NODE_NAME)")
     agent.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
@@ -300,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _webhook(args)
         if args.command == "agent":
             return _agent(args)
+        if args.command == "explain":
+            return asyncio.run(_explain(args))
     except UsageError as exc:
         print(f"gpusched: {exc}", file=sys.stderr)
         return 2
@@ -687,6 +708,63 @@ def _agent(args: argparse.Namespace) -> int:
     if args.shared_replicas < 0:
         raise UsageError("agent: --shared-replicas must be 0 (no sharing) or more")
     return asyncio.run(_run_agent(args, nvml, node))
+
+
+async def _explain(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
+
+    from gpusched.explain import as_dict, explain, render
+    from gpusched.framework import ConfigError, RegistryError, default_config, load_config
+    from gpusched.kube.client import resource_path
+    from gpusched.kube.errors import APIError, APINotFound
+    from gpusched.kube.reflector import object_key
+    from gpusched.scheduler import Scheduler
+
+    try:
+        config = load_config(args.config) if args.config else default_config()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.verbose:  # a kind the cluster does not serve is no news to this reader
+        logging.getLogger("gpusched.kube.reflector").setLevel(logging.ERROR)
+    namespace, _, name = args.pod.rpartition("/")
+    kube = await _connect(args)
+    try:
+        namespace = namespace or args.namespace or "default"
+        try:
+            pod = await kube.get(resource_path("", "v1", "pods", namespace, name=name))
+        except APINotFound:
+            print(f"gpusched explain: pod {namespace}/{name} not found", file=sys.stderr)
+            return 1
+        except APIError as exc:
+            print(f"gpusched explain: reading pod {namespace}/{name}: {exc}", file=sys.stderr)
+            return 1
+        try:
+            scheduler = Scheduler(kube, config, identity="gpusched-explain")
+        except (ConfigError, RegistryError) as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            async with asyncio.timeout(args.timeout), scheduler.informed():
+                pod = scheduler.pods.items.get(object_key(pod), pod)  # the informer's copy
+                explanation = explain(scheduler, pod)
+        except TimeoutError:
+            print(
+                f"gpusched explain: the cluster did not list {', '.join(scheduler.unsynced())} "
+                f"within {args.timeout:g} s; check that this kubeconfig may list them "
+                "(deploy/scheduler's ClusterRole) and that their CRDs are installed",
+                file=sys.stderr,
+            )
+            return 1
+    finally:
+        await kube.close()
+    if args.output == "json":
+        print(json.dumps(as_dict(explanation), indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(as_dict(explanation), sort_keys=False), end="")
+    else:
+        print(render(explanation, wide=args.output == "wide"), end="")
+    return 0
 
 
 def _record_nvml(args: argparse.Namespace) -> int:

@@ -45,7 +45,7 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -785,6 +785,30 @@ class Scheduler:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    @contextlib.asynccontextmanager
+    async def informed(self) -> AsyncIterator[None]:
+        """Run only the informers, and inside the block keep them running, synced: the cache,
+        the snapshot and the plugins' informer state as a scheduling replica has them, with
+        nothing scheduled, bound or written (``gpusched explain``). Waits for every informer
+        to list once (an API server that refuses one keeps it waiting: bound it with
+        ``asyncio.timeout``; :meth:`unsynced` names those still waiting)."""
+        tasks = [
+            asyncio.create_task(inf.run(), name=f"informer-{inf.name}") for inf in self.informers
+        ]
+        try:
+            for inf in self.informers:
+                await inf.synced.wait()
+            self.cache.update_snapshot(self.snapshot)
+            yield
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def unsynced(self) -> list[str]:
+        """The informers that have not listed yet (their names)."""
+        return [inf.name for inf in self.informers if not inf.synced.is_set()]
 
     async def _prime(self) -> None:
         """Start-up work done before ``/readyz`` rather than in the first cycles, where a

@@ -120,6 +120,7 @@ class Coscheduling(
             topology_keys=args.topology_keys,
             backoff_seconds=args.pod_group_backoff_seconds,
             max_domains=args.max_domains,
+            claims=lambda: handle.claim_specs,
         )
         self.writer = StatusWriter(
             self.manager,

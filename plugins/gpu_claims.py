@@ -2,8 +2,9 @@
 its status says what they got.
 
 A thin adapter over :class:`gpusched.claims.GpuClaimManager` (docs/gpuclaim.md). What the
-claim *asks* for is read by the request readers (:mod:`gpusched.gpu_requests.gpuclaim`, whose
-source the manager is), so GPUFit places a claim pod as any other; this plugin adds:
+claim *asks* for is read by the request readers (:mod:`gpusched.gpu_requests.gpuclaim`), which
+find claims through ``Handle.claim_specs``: this plugin (a ``ClaimSpecsPlugin``), answering
+from the manager. So GPUFit places a claim pod as any other; this plugin adds:
 
 - PreFilter (before GPUFit): a claim that does not exist, or that another pod holds, keeps the
   pod pending, UnschedulableAndUnresolvable with a message naming the claim; the pod is
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any, Final, Self
 
 from gpusched.claims import GpuClaimManager
@@ -36,6 +37,7 @@ from gpusched.framework import (
     DEVICE_ASSIGNMENT,
     SUCCESS,
     BackgroundPlugin,
+    ClaimSpecsPlugin,
     ClusterEventWithHint,
     CycleState,
     EnqueueExtensions,
@@ -64,6 +66,7 @@ _RETRY_SECONDS: Final = 1.0
 
 
 class GpuClaims(
+    ClaimSpecsPlugin,
     PreFilterPlugin,
     ReservePlugin,
     PreBindPlugin,
@@ -80,12 +83,14 @@ class GpuClaims(
     def __init__(self, handle: Handle) -> None:
         self.handle = handle
         self.manager = GpuClaimManager(self._inventory_of)
-        # Registered from the start: the readers must see claims from the first cycle on.
-        gpuclaim.register(self.manager)
 
     @classmethod
     def new(cls, args: Any, handle: Handle) -> Self:
         return cls(handle)
+
+    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The claim's spec as last seen (``ClaimSpecsPlugin``: what the readers read)."""
+        return self.manager.claim_spec(namespace, name)
 
     def _inventory_of(self, node: str) -> GPUNodeInventory | None:
         try:
@@ -146,17 +151,13 @@ class GpuClaims(
             self.handle.activate(uids)
 
     async def background(self) -> None:
-        gpuclaim.register(self.manager)
-        try:
-            while True:
-                await self.manager.changed.wait()
-                try:
-                    await self.manager.flush(self.handle.kube)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # one bad round must not end the status writes for good
-                    log.exception("GpuClaims: writing claim status failed")
-                if self.manager.failed:
-                    await self.handle.clock.sleep(_RETRY_SECONDS)
-        finally:
-            gpuclaim.unregister(self.manager)
+        while True:
+            await self.manager.changed.wait()
+            try:
+                await self.manager.flush(self.handle.kube)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad round must not end the status writes for good
+                log.exception("GpuClaims: writing claim status failed")
+            if self.manager.failed:
+                await self.handle.clock.sleep(_RETRY_SECONDS)

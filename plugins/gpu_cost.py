@@ -170,8 +170,9 @@ class GPUCost(PreScorePlugin, ScorePlugin, SignPlugin):
         memo = self._pod_memo
         if memo is not None and memo[0] is pod:
             return memo[1]
+        claims = self._handle.claim_specs if self._handle is not None else None
         try:
-            request = read_gpu_request(pod)
+            request = read_gpu_request(pod, claims)
         except (RequestError, TypeError, AttributeError, ValueError):
             request = None
         name = request.gpu_class if request is not None else None

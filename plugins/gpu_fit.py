@@ -303,6 +303,8 @@ class GPURequest:
     required: bool = False
     """``gpusched.io/topology: Required`` (with a rule): a node without such a set is rejected;
     else the rule is a preference (a set that meets it ranks above every set that does not)."""
+    claim: str | None = None
+    """The GpuClaim (``namespace/name``) the rule came from: messages name its fields."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,8 +536,9 @@ class GPUFit(
             _, read, error = memo
         else:
             error = None
+            claims = self._handle.claim_specs if self._handle is not None else None
             try:
-                read = read_gpu_request(pod)
+                read = read_gpu_request(pod, claims)
             except RequestError as exc:
                 read, error = None, str(exc)
             except (TypeError, AttributeError, ValueError) as exc:  # not a Pod the API stores
@@ -623,7 +626,9 @@ class GPUFit(
         if request is not None:
             rule = SetRule(read.min_bandwidth_gbps or 0.0, read.contiguous)
             if rule:
-                request = replace(request, rule=rule, required=read.topology == "Required")
+                request = replace(
+                    request, rule=rule, required=read.topology == "Required", claim=read.claim
+                )
         self._whole_memo = (pod, request, status)
         return request, status
 
@@ -1110,15 +1115,21 @@ class GPUFit(
                 return None
             if offer is not None and (best is None or offer > best):
                 best = offer
-        fix = (
-            f"lower {MIN_BANDWIDTH_GBPS}"
-            if rule.min_gbps and best is not None
-            else f"remove {CONTIGUOUS}"
-        )
+        lower = rule.min_gbps and best is not None
+        if request.claim is not None:  # the rule is the claim's: name its fields
+            fix = (
+                f"lower GpuClaim {request.claim}'s spec.topology.minBandwidthGBps"
+                if lower
+                else f"remove its spec.devices.policy: contiguous from GpuClaim {request.claim}"
+            )
+            preferred = 'set its spec.topology.mode: "Preferred"'
+        else:
+            fix = f"lower {MIN_BANDWIDTH_GBPS}" if lower else f"remove {CONTIGUOUS}"
+            preferred = f'write {TOPOLOGY}: "Preferred"'
         return (
             f"The pod needs {_rule_text(n, rule)}, and no node it can run on could give that "
             f"even with every GPU free: {_offer_text(best, rule, f'set of {n} on any of them')}; "
-            f'{fix}, or write {TOPOLOGY}: "Preferred" to take the best set there is'
+            f"{fix}, or {preferred} to take the best set there is"
         )
 
     def _choose(self, node_info: NodeInfo, n: int, rule: SetRule = NO_RULE) -> GPUChoice:

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Self
 
 from gpusched.framework import (
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
     SUCCESS,
     CycleState,
+    Handle,
     Pod,
     PreScorePlugin,
     ScorePlugin,
@@ -41,7 +42,7 @@ from gpusched.framework import (
     StateKey,
     Status,
 )
-from gpusched.gpu_requests import RequestError, read_gpu_request
+from gpusched.gpu_requests import ClaimSpecs, RequestError, read_gpu_request
 
 if TYPE_CHECKING:
     from gpusched.cache import NodeInfo, NodeLedger
@@ -62,11 +63,12 @@ class Share(NamedTuple):
 _SHARE: Final = StateKey[Share]("PreScoreVRAMHeadroom")
 
 
-def share_of(pod: Pod) -> Share | None:
+def share_of(pod: Pod, claims: ClaimSpecs | None = None) -> Share | None:
     """The pod's share when it shares GPUs by VRAM (not exclusively); else ``None`` (also
-    for a request that cannot be read: GPUFit rejects it with the reader's message)."""
+    for a request that cannot be read: GPUFit rejects it with the reader's message).
+    ``claims``: where its GpuClaim is found (``Handle.claim_specs``)."""
     try:
-        request = read_gpu_request(pod)
+        request = read_gpu_request(pod, claims)
     except (RequestError, TypeError, AttributeError, ValueError):
         return None
     if request is None or request.mode != "shared" or request.exclusive:
@@ -105,14 +107,19 @@ class VRAMHeadroom(PreScorePlugin, ScorePlugin, SignPlugin):
 
     NAME = NAME
 
-    def __init__(self) -> None:
+    def __init__(self, handle: Handle | None = None) -> None:
+        self._handle = handle
         self._memo: tuple[object, Share | None] | None = None
+
+    @classmethod
+    def new(cls, args: Any, handle: Handle) -> Self:
+        return cls(handle)
 
     def _share(self, pod: Pod) -> Share | None:
         memo = self._memo
         if memo is not None and memo[0] is pod:
             return memo[1]
-        share = share_of(pod)
+        share = share_of(pod, self._handle.claim_specs if self._handle is not None else None)
         self._memo = (pod, share)
         return share
 

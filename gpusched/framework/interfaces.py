@@ -64,6 +64,7 @@ __all__ = [
     "ActionType",
     "BackgroundPlugin",
     "BindPlugin",
+    "ClaimSpecsPlugin",
     "ClusterEvent",
     "ClusterEventWithHint",
     "EnqueueExtensions",
@@ -376,6 +377,12 @@ class Handle(Protocol):
         annotation read. Preemption uses it to treat a running gang as one victim."""
         ...
 
+    @property
+    def claim_specs(self) -> ClaimSpecsPlugin | None:
+        """The profile's :class:`ClaimSpecsPlugin` (``None``: no such plugin, so request readers
+        do not read GpuClaims). Pass it to ``read_gpu_request(pod, handle.claim_specs)``."""
+        ...
+
     def activate(self, uids: Iterable[str]) -> None:
         """Move these pending pods to the active queue now, through PreEnqueue again
         (upstream's ``Activate``): a gang's members once the last one is created, or its
@@ -387,6 +394,7 @@ class Handle(Protocol):
 # -- the plugins -----------------------------------------------------------------------------
 
 _SYNC_METHODS = (
+    "claim_spec",
     "group_key",
     "pod_group",
     "on_pod",
@@ -674,6 +682,18 @@ class EnqueueExtensions(abc.ABC):
 
 
 # -- mixins the framework detects once on every enabled plugin -------------------------------
+
+
+class ClaimSpecsPlugin(abc.ABC):
+    """Mixin: the plugin knows the cluster's GpuClaims (``gpu.scheduling/v1``). The request
+    readers read a claim pod's GPU request from it (``Handle.claim_specs``), so every plugin
+    that reads requests (GPUFit, GPUCost, VRAMHeadroom, ...) sees the claim's fields. At most
+    one per profile."""
+
+    @abc.abstractmethod
+    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The spec of GpuClaim ``namespace/name`` as last seen, or ``None``. O(1), never
+        awaits (called in the scheduling cycle)."""
 
 
 class PodGroupPlugin(abc.ABC):

@@ -52,6 +52,7 @@ from .interfaces import (
     ActionType,
     BackgroundPlugin,
     BindPlugin,
+    ClaimSpecsPlugin,
     ClusterEvent,
     ClusterEventWithHint,
     EnqueueExtensions,
@@ -489,6 +490,15 @@ class Framework:
                 + ")",
             )
         self._group: PodGroupPlugin | None = groups[0] if groups else None
+        claim_specs = [p for p in enabled if isinstance(p, ClaimSpecsPlugin)]
+        if len(claim_specs) > 1:
+            raise self._error(
+                "plugins",
+                "at most one GpuClaim plugin (ClaimSpecsPlugin) may be enabled per profile (got "
+                + ", ".join(p.NAME for p in claim_specs if isinstance(p, Plugin))
+                + ")",
+            )
+        self._claim_specs: ClaimSpecsPlugin | None = claim_specs[0] if claim_specs else None
         self._pod_handlers = tuple(p.on_pod for p in enabled if isinstance(p, PodEventHandler))
         self._informer_plugins = tuple(p for p in enabled if isinstance(p, InformerPlugin))
         self._background = tuple(p for p in enabled if isinstance(p, BackgroundPlugin))
@@ -734,6 +744,11 @@ class Framework:
         return None if group is None else group.group_key(pod)
 
     @property
+    def claim_specs(self) -> ClaimSpecsPlugin | None:
+        """The profile's ``ClaimSpecsPlugin`` (``Handle.claim_specs``); ``None`` without one."""
+        return self._claim_specs
+
+    @property
     def group_plugin_name(self) -> str:
         """The name of the profile's ``PodGroupPlugin`` (``""`` without one)."""
         group = self._group
@@ -925,14 +940,19 @@ class Framework:
         return SUCCESS
 
     def run_score(
-        self, state: CycleState, pod: Pod, nodes: Sequence[NodeInfo]
+        self,
+        state: CycleState,
+        pod: Pod,
+        nodes: Sequence[NodeInfo],
+        breakdown: dict[str, list[int]] | None = None,
     ) -> tuple[list[NodeScore], Status]:
         """Each node's weighted total score, in the order of ``nodes``.
 
         For each Score plugin not in ``state.skip_score_plugins``: score every node, normalise
         (if the plugin has ``ScoreExtensions``), check each score is in 0..100, add
         ``score x weight`` to the node's total. Any failure is an Error and ``[]``.
-        O(score plugins x nodes).
+        ``breakdown`` (``gpusched explain``) receives each plugin's weighted scores, in the
+        order of ``nodes``. O(score plugins x nodes).
         """
         skip = state.skip_score_plugins
         totals = [0] * len(nodes)
@@ -943,6 +963,8 @@ class Framework:
             ):
                 if skip and name in skip:
                     continue
+                if breakdown is not None:
+                    before = list(totals)
                 if normalize is None:  # the common case, kept tight
                     for i, node_info in enumerate(nodes):
                         value, status = score(state, pod, node_info)
@@ -951,6 +973,8 @@ class Framework:
                         if value < MIN_NODE_SCORE or value > MAX_NODE_SCORE:
                             return [], _out_of_range(name, node_info.name, value, False)
                         totals[i] += value * weight
+                    if breakdown is not None:
+                        breakdown[name] = [t - b for t, b in zip(totals, before, strict=True)]
                     continue
                 scores: list[NodeScore] = []
                 for node_info in nodes:
@@ -966,6 +990,8 @@ class Framework:
                     if value < MIN_NODE_SCORE or value > MAX_NODE_SCORE:
                         return [], _out_of_range(name, node_score.name, value, True)
                     totals[i] += value * weight
+                if breakdown is not None:
+                    breakdown[name] = [t - b for t, b in zip(totals, before, strict=True)]
         except Exception as exc:
             return [], _raised("Score", name, exc)
         return [NodeScore(n.name, t) for n, t in zip(nodes, totals, strict=True)], SUCCESS

@@ -41,14 +41,14 @@ import contextlib
 import enum
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from gpusched.clock import Clock
 from gpusched.framework import PodGroup
-from gpusched.gpu_requests import RequestError, read_gpu_request
+from gpusched.gpu_requests import ClaimSpecs, RequestError, read_gpu_request
 
 from . import kubernetes, kueue, read_ref, scheduler_plugins, volcano
 from .spec import Form, GroupRef, GroupSpec
@@ -99,9 +99,9 @@ def _state_of(pod: Mapping[str, Any]) -> MemberState:
     return MemberState.RUNNING if phase == "Running" else MemberState.BOUND
 
 
-def _gpus_of(pod: Mapping[str, Any]) -> int:
+def _gpus_of(pod: Mapping[str, Any], claims: ClaimSpecs | None) -> int:
     try:
-        request = read_gpu_request(pod)
+        request = read_gpu_request(pod, claims)
     except (RequestError, TypeError, AttributeError, ValueError):
         return 0
     return 0 if request is None else request.count
@@ -187,8 +187,11 @@ class GangManager:
         topology_keys: Sequence[str] = DEFAULT_TOPOLOGY_KEYS,
         backoff_seconds: float = 0.0,
         max_domains: int = 8,
+        claims: Callable[[], ClaimSpecs | None] = lambda: None,
     ) -> None:
         self.clock = clock
+        self.claims = claims
+        """Where members' GpuClaims are found (``Handle.claim_specs``, read when needed)."""
         self.topology_keys = tuple(topology_keys)
         self.backoff_seconds = backoff_seconds
         self.max_domains = max_domains
@@ -251,7 +254,7 @@ class GangManager:
                 f"{meta.get('namespace') or 'default'}/{o.get('name', '')}"
                 for o in meta.get("ownerReferences") or ()
             )
-            member = Member(uid, meta.get("name", ""), _gpus_of(pod), state, owners)
+            member = Member(uid, meta.get("name", ""), _gpus_of(pod, self.claims()), state, owners)
             alive_before = group.alive
             group.members[uid] = member
             group.counts[state] += 1

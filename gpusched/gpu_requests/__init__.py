@@ -64,11 +64,20 @@ from gpusched.annotations import PRIORITY
 from gpusched.inventory import RESOURCE_GPU
 
 from . import gpuclaim, hami, kai, native, nvidia, woolyai
-from ._common import Given, Partial, PodView, RequestError, parse_bool, parse_mib_quantity
+from ._common import (
+    ClaimSpecs,
+    Given,
+    Partial,
+    PodView,
+    RequestError,
+    parse_bool,
+    parse_mib_quantity,
+)
 
 __all__ = [
     "SHARED_RESOURCES",
     "SOURCES",
+    "ClaimSpecs",
     "GPURequest",
     "RequestError",
     "ShareTerms",
@@ -118,6 +127,9 @@ class GPURequest:
     """Whole GPUs: the set is connected over the NVLinks among its GPUs."""
     source: str = "gpusched"
     """The form it was read from: gpusched, nvidia, hami, kai, woolyai or gpuclaim."""
+    claim: str | None = None
+    """``namespace/name`` of the GpuClaim the request was read from, if any: messages about its
+    fields name the claim's fields, not the pod's annotations."""
 
 
 _READERS: Final = (woolyai, hami, kai, nvidia, gpuclaim, native)
@@ -197,17 +209,19 @@ def _merge(partials: list[Partial]) -> dict[str, Given]:
     return merged
 
 
-def read_gpu_request(pod: Mapping[str, Any]) -> GPURequest | None:
+def read_gpu_request(pod: Mapping[str, Any], claims: ClaimSpecs | None = None) -> GPURequest | None:
     """The pod's GPU request; ``None`` when it asks for no GPU at all.
 
-    Raises :class:`RequestError` for a malformed or contradictory request; the message names
-    the field and says what would fix it. Pods that ask for no GPU or for plain whole GPUs take
-    the fast path (module docstring), with exactly the general path's result.
+    ``claims``: where a pod's GpuClaim (``gpu.scheduling/claim``) is found; without it the
+    annotation is not read (:mod:`.gpuclaim`). Raises :class:`RequestError` for a malformed or
+    contradictory request; the message names the field and says what would fix it. Pods that
+    ask for no GPU or for plain whole GPUs take the fast path (module docstring), with exactly
+    the general path's result.
     """
     fast = _read_fast(pod)
     if fast is not _Fallback.GENERAL:
         return fast
-    return _read_general(pod)
+    return _read_general(pod, claims)
 
 
 # The fast paths. They read the shapes nearly every pod has, by one pass over plain dicts
@@ -342,9 +356,9 @@ def _read_fast(pod: Mapping[str, Any]) -> GPURequest | _Fallback | None:
     return GPURequest(mode="whole", count=count, priority=priority, source=nvidia.SOURCE)
 
 
-def _read_general(pod: Mapping[str, Any]) -> GPURequest | None:
+def _read_general(pod: Mapping[str, Any], claims: ClaimSpecs | None = None) -> GPURequest | None:
     """Every reader, merged and checked (module docstring)."""
-    partials = _partials(pod)
+    partials = _partials(pod, claims)
     if not partials:
         return None
     merged = _merge(partials)
@@ -363,8 +377,8 @@ def _read_general(pod: Mapping[str, Any]) -> GPURequest | None:
     return GPURequest(source=primary.source, **values)
 
 
-def _partials(pod: Mapping[str, Any]) -> list[Partial]:
-    view = PodView(pod)
+def _partials(pod: Mapping[str, Any], claims: ClaimSpecs | None = None) -> list[Partial]:
+    view = PodView(pod, claims)
     return [p for reader in _READERS if (p := reader.read(view)) is not None]
 
 

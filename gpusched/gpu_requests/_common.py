@@ -20,13 +20,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from gpusched.cache import pod_requests
 from gpusched.quantity import parse_quantity
 
 __all__ = [
     "MIB",
+    "ClaimSpecs",
     "Given",
     "Partial",
     "PodView",
@@ -88,12 +89,21 @@ class _Container:
     resources: Mapping[str, Any]
 
 
+class ClaimSpecs(Protocol):
+    """Where a reader finds GpuClaims: the spec of ``namespace/name``, or ``None`` when there
+    is no such claim (the GpuClaims plugin, through ``Handle.claim_specs``)."""
+
+    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+
 class PodView:
-    """A pod's annotations and per-container resources (limits over requests), read once."""
+    """A pod's annotations and per-container resources (limits over requests), read once, and
+    the claims its request may refer to (``None``: claims are not read)."""
 
-    __slots__ = ("_containers", "annotations", "namespace")
+    __slots__ = ("_containers", "annotations", "claims", "namespace")
 
-    def __init__(self, pod: Mapping[str, Any]) -> None:
+    def __init__(self, pod: Mapping[str, Any], claims: ClaimSpecs | None = None) -> None:
+        self.claims = claims
         meta = pod.get("metadata") or {}
         self.annotations: Mapping[str, str] = meta.get("annotations") or {}
         self.namespace = str(meta.get("namespace") or "default")

@@ -19,24 +19,32 @@ resources, so the pod must also ask for the claim's kind of device (``nvidia.com
 ``nvidia.com/mig-<profile>: N`` or ``gpusched.io/gpu: N``); without it the message says
 what to add.
 
-The claim's spec comes from the cluster, so the reader asks the sources registered here
-(:func:`register`: the GpuClaims plugin's manager, while the scheduler runs). With none (the
-webhook, the node agent) the annotation is not read: those see the pod's own fields. With a
-source that does not know the claim, a :class:`RequestError` says it does not exist (the
-plugin keeps such a pod pending and retries it when the claim appears).
-O(annotations + containers) plus one dict lookup per source.
+The claim's spec comes from the cluster, so the reader asks the :class:`ClaimSpecs` its
+caller passes (``read_gpu_request(pod, claims)``; in the scheduler, ``Handle.claim_specs``:
+the GpuClaims plugin's manager). Without one (the webhook, the node agent, the cache's
+nominations, a profile without GpuClaims) the annotation is not read: those see the pod's own
+fields, which state the claim's count too. When the source does not know the claim, a
+:class:`RequestError` says it does not exist (the plugin keeps such a pod pending and retries
+it when the claim appears). O(annotations + containers) plus one dict lookup.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from gpusched.inventory import RESOURCE_GPU
 
 from . import native, nvidia
-from ._common import Partial, PodView, RequestError, parse_mib_quantity, parse_name, parse_profile
+from ._common import (
+    ClaimSpecs,
+    Partial,
+    PodView,
+    RequestError,
+    parse_mib_quantity,
+    parse_name,
+    parse_profile,
+)
 
 __all__ = [
     "ANNOTATION",
@@ -51,8 +59,6 @@ __all__ = [
     "claim_name",
     "partial_from_spec",
     "read",
-    "register",
-    "unregister",
 ]
 
 SOURCE: Final = "gpuclaim"
@@ -66,25 +72,6 @@ ANNOTATIONS: Final = frozenset({ANNOTATION})
 RESOURCES: Final[frozenset[str]] = frozenset()
 
 
-class ClaimSpecs(Protocol):
-    """Where the reader finds claims: the spec of ``namespace/name``, or ``None``."""
-
-    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
-
-
-_SOURCES: weakref.WeakSet[Any] = weakref.WeakSet()
-"""Registered :class:`ClaimSpecs` (weakly: a dropped scheduler's manager goes with it)."""
-
-
-def register(source: ClaimSpecs) -> None:
-    """Let :func:`read` find claims in ``source`` (idempotent)."""
-    _SOURCES.add(source)
-
-
-def unregister(source: ClaimSpecs) -> None:
-    _SOURCES.discard(source)
-
-
 def claim_name(pod: Mapping[str, Any]) -> str | None:
     """The annotation's text (stripped), or ``None`` when the pod names no claim."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
@@ -93,17 +80,14 @@ def claim_name(pod: Mapping[str, Any]) -> str | None:
 
 
 def read(pod: PodView) -> Partial | None:
-    """The claim's fields, when the pod names one and a source is registered."""
+    """The claim's fields, when the pod names one and the caller gave its claims."""
     text = pod.annotation(ANNOTATION)
     if text is None:
         return None
-    name = parse_name(ANNOTATION, text, KIND)
-    sources = list(_SOURCES)
-    if not sources:
+    if pod.claims is None:
         return None
-    spec = next(
-        (s for src in sources if (s := src.claim_spec(pod.namespace, name)) is not None), None
-    )
+    name = parse_name(ANNOTATION, text, KIND)
+    spec = pod.claims.claim_spec(pod.namespace, name)
     where = f"{KIND} {pod.namespace}/{name}"
     if spec is None:
         raise RequestError(
@@ -112,6 +96,7 @@ def read(pod: PodView) -> Partial | None:
             "it appears"
         )
     partial = partial_from_spec(where, spec)
+    partial.give("claim", f"{pod.namespace}/{name}", f'{ANNOTATION}: "{text}"')
     _check_resources(pod, where, partial)
     return partial
 

@@ -121,7 +121,12 @@ async def test_required_bandwidth_no_node_meets_stays_pending_naming_the_best(be
         await bed.create_pod(claim_pod(bed, "p", "fast", 2))
         pods = await bed.pods_until(lambda ps: "900 GB/s" in pending_message(ps.get("p", {})))
     assert not bound(pods)
-    assert "1200" in pending_message(pods["p"])
+    message = pending_message(pods["p"])
+    assert "1200" in message
+    # The rule is the claim's: the fix names its fields, not the pod annotations'.
+    assert f"GpuClaim {bed.namespace}/fast's spec.topology.minBandwidthGBps" in message
+    assert 'spec.topology.mode: "Preferred"' in message
+    assert "gpusched.io/" not in message
 
 
 async def test_a_missing_claim_keeps_the_pod_pending_until_it_appears(bed: Bed) -> None:

@@ -1,10 +1,10 @@
-"""The mixins the framework finds once on enabled plugins: pod groups, informers, pod events
-and background tasks; and the errors a profile gets for misusing them."""
+"""The mixins the framework finds once on enabled plugins: pod groups, GpuClaim specs,
+informers, pod events and background tasks; and the errors a profile gets for misusing them."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -12,6 +12,7 @@ from test_runtime import build, enabled, make_pod
 
 from gpusched.framework import (
     BackgroundPlugin,
+    ClaimSpecsPlugin,
     ConfigError,
     Informer,
     InformerPlugin,
@@ -95,6 +96,38 @@ def test_without_the_mixins() -> None:
 def test_one_group_plugin_per_profile() -> None:
     with pytest.raises(ConfigError, match="at most one pod group"):
         build({"preEnqueue": enabled("Gang", "OtherGang")}, Gang, OtherGang)
+
+
+class Claims(PreEnqueuePlugin, ClaimSpecsPlugin):
+    NAME = "Claims"
+
+    def pre_enqueue(self, pod: dict[str, Any]) -> Status:
+        return Status.success()
+
+    def claim_spec(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return {"devices": {"count": 2}} if (namespace, name) == ("default", "c") else None
+
+
+class OtherClaims(Claims):
+    NAME = "OtherClaims"
+
+
+def test_the_profiles_claim_specs_reach_the_request_readers() -> None:
+    """``Handle.claim_specs`` is the profile's ClaimSpecsPlugin, per framework (no process-wide
+    registry: a framework without one reads no claims)."""
+    from gpusched.gpu_requests import read_gpu_request
+
+    fw = build({"preEnqueue": enabled("Claims")}, Claims)
+    assert fw.claim_specs is fw.plugins["Claims"]
+    pod = make_pod("a")
+    pod["metadata"]["annotations"] = {"gpu.scheduling/claim": "c"}
+    pod["spec"]["containers"] = [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]
+    request = read_gpu_request(pod, fw.claim_specs)
+    assert request is not None
+    assert request.count == 2
+    assert build({}).claim_specs is None
+    with pytest.raises(ConfigError, match="at most one GpuClaim plugin"):
+        build({"preEnqueue": enabled("Claims", "OtherClaims")}, Claims, OtherClaims)
 
 
 def test_mixin_methods_are_checked_for_sync_and_async() -> None:

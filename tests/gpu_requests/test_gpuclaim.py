@@ -1,11 +1,12 @@
 """The GpuClaim reader: a pod annotated ``gpu.scheduling/claim`` gets the claim's spec as the
 same GPURequest the other forms build; contradictions, a missing claim and a pod without the
-device resource are messages that say what to fix; without a registered source the annotation
-is not read (the webhook's and the agent's case)."""
+device resource are messages that say what to fix; read without claims (the webhook's and
+the agent's case), the annotation is not read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -56,21 +57,9 @@ SPECS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def no_other_sources() -> Iterator[None]:
-    """Schedulers of earlier tests may still be registered (until collected): set them aside."""
-    saved = list(gpuclaim._SOURCES)
-    gpuclaim._SOURCES.clear()
-    yield
-    gpuclaim._SOURCES.update(saved)
-
-
 @pytest.fixture
-def claims() -> Iterator[Claims]:
-    source = Claims(SPECS)
-    gpuclaim.register(source)
-    yield source
-    gpuclaim.unregister(source)
+def claims() -> Claims:
+    return Claims(SPECS)
 
 
 def claimed(
@@ -123,18 +112,16 @@ ACCEPTED: list[tuple[str, dict[str, Any], GPURequest]] = [
 
 @pytest.mark.parametrize(("pod_", "want"), [a[1:] for a in ACCEPTED], ids=[a[0] for a in ACCEPTED])
 def test_accepted(claims: Claims, pod_: dict[str, Any], want: GPURequest) -> None:
-    assert read_gpu_request(pod_) == want
+    got = read_gpu_request(pod_, claims)
+    assert got is not None
+    assert got.claim == f"default/{gpuclaim.claim_name(pod_)}"  # messages name its fields
+    assert dataclasses.replace(got, claim=None) == want
 
 
 def test_the_claim_of_the_pods_namespace() -> None:
-    source = Claims(SPECS)
-    gpuclaim.register(source)
-    try:
-        p = claimed("single", {GPU: "8"})
-        p["metadata"]["namespace"] = "other"
-        assert read_gpu_request(p) == whole(8)
-    finally:
-        gpuclaim.unregister(source)
+    p = claimed("single", {GPU: "8"})
+    p["metadata"]["namespace"] = "other"
+    assert read_gpu_request(p, Claims(SPECS)) == whole(8, claim="other/single")
 
 
 REJECTED: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
@@ -193,12 +180,12 @@ REJECTED: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
 @pytest.mark.parametrize(("pod_", "parts"), [r[1:] for r in REJECTED], ids=[r[0] for r in REJECTED])
 def test_rejected(claims: Claims, pod_: dict[str, Any], parts: tuple[str, ...]) -> None:
     with pytest.raises(RequestError) as err:
-        read_gpu_request(pod_)
+        read_gpu_request(pod_, claims)
     for part in parts:
         assert part in str(err.value)
 
 
-def test_without_a_source_the_annotation_is_not_read() -> None:
+def test_without_claims_the_annotation_is_not_read() -> None:
     # The webhook and the node agent: the pod's own fields decide.
     assert read_gpu_request(claimed("nope", {GPU: "2"})) == whole(2)
 

@@ -31,6 +31,8 @@ def _class(name: str, price: float | None, **spec: Any) -> GPUClass:
 
 
 class _Handle:
+    claim_specs = None
+
     def __init__(self, classes: Mapping[str, GPUClass]) -> None:
         self.gpu_classes = classes
 

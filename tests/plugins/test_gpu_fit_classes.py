@@ -76,6 +76,7 @@ class _Handle:
 
     node_lister: Any
     gpu_classes: Mapping[str, GPUClass] = field(default_factory=lambda: dict(CLASSES))
+    claim_specs: None = None
     events: _Events = field(default_factory=_Events)
 
 

@@ -423,6 +423,7 @@ class _Handle:
 
     node_lister: Any
     events: _Events = field(default_factory=_Events)
+    claim_specs: None = None
 
 
 @pytest.mark.parametrize(
@@ -579,9 +580,9 @@ def test_read_once_per_pod(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
     real = gpu_fit.read_gpu_request
 
-    def counting(pod: Mapping[str, Any]) -> Any:
+    def counting(pod: Mapping[str, Any], claims: Any = None) -> Any:
         calls.append(pod)
-        return real(pod)
+        return real(pod, claims)
 
     monkeypatch.setattr(gpu_fit, "read_gpu_request", counting)
     plugin = GPUFit()
