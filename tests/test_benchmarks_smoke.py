@@ -216,7 +216,7 @@ def test_claims_benchmark_measures_each_form_with_its_claim_written(tmp_path: Pa
         assert row["complete"]
         assert row["bound"] == 12
         assert row["writes_per_pod_by_kind"]["binding"] == 1.0
-        assert row["writes_per_pod_by_kind"]["event"] == 1.0
+        assert row["writes_per_pod_by_kind"]["event"] >= 1.0  # DRA: a FailedScheduling too
         for name in ("pods_per_s", "pods_per_s_complete", "latency_p99_s", "writes_per_pod"):
             assert isinstance(row[name], float)
     assert rows["plain"]["claim_writes_per_pod"] == 0.0

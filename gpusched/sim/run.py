@@ -478,7 +478,7 @@ def _account_vram(report: RunReport, observer: _Observer, devices: _Devices) -> 
 
 def pod_shape(pod: dict[str, Any]) -> str:
     """How the pod asks for GPUs (README's pod API table): ``"MIG"``, ``"exclusive"``,
-    ``"shared"``, ``"whole"``, or ``""`` for none of these."""
+    ``"shared"``, ``"whole"``, ``"DRA"`` (ResourceClaims alone), or ``""`` for none of these."""
     limits: dict[str, Any] = {}
     for container in pod["spec"].get("containers", ()):
         limits.update((container.get("resources") or {}).get("limits") or {})
@@ -489,7 +489,7 @@ def pod_shape(pod: dict[str, Any]) -> str:
         return "exclusive" if annotations.get(EXCLUSIVE, "").lower() == "true" else "shared"
     if "nvidia.com/gpu" in limits:
         return "whole"
-    return ""
+    return "DRA" if pod["spec"].get("resourceClaims") else ""
 
 
 def _count_shapes(report: RunReport, observer: _Observer, devices: _Devices) -> None:
@@ -623,7 +623,7 @@ def summary(report: RunReport, spec: ClusterSpec, workload: Workload) -> str:
         shapes = report.pods_by_product.get(product, Counter())
         pods = ", ".join(
             f"{shapes[s]} {s} pod{'s' if shapes[s] != 1 else ''}"
-            for s in ("shared", "exclusive", "MIG", "whole")
+            for s in ("shared", "exclusive", "MIG", "whole", "DRA")
             if shapes[s]
         )
         lines.append(

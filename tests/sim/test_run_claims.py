@@ -22,7 +22,7 @@ import pytest
 from gpusched.kube.client import Kube
 from gpusched.sim.fleet import load_cluster_spec
 from gpusched.sim.resource_slices import DEVICE_CLASSES
-from gpusched.sim.run import RunReport, dra_plugin_registered, run_workload
+from gpusched.sim.run import RunReport, dra_plugin_registered, pod_shape, run_workload
 from gpusched.sim.workload import (
     Workload,
     WorkloadError,
@@ -218,6 +218,8 @@ async def test_dra_pods_bind_with_their_claim_allocated(tmp_path: Path) -> None:
     assert report.claim_bound["dra"] == report.claim_allocated["dra"] == dra
     assert f"ResourceClaim (DRA) pods: {dra} of {dra} bound, {dra} with their claim" in text
     assert not report.pending
+    # the devices are annotated on the pod as for any pod: the VRAM summary counts them
+    assert report.pods_by_product["NVIDIA H100 80GB HBM3"]["DRA"] == dra
 
 
 def allocated_claim(pod: str, devices: int, reserved: bool = True) -> dict[str, Any]:
@@ -255,3 +257,17 @@ def test_the_run_reads_a_dra_pods_allocation_from_its_claim(
     observer._on_resourceclaim("MODIFIED", claim, None)
     assert observer.allocated == allocated
     assert observer.dra_devices == devices
+
+
+def test_pod_shape_of_each_claims_wave() -> None:
+    shapes = {
+        pod["metadata"]["labels"]["gpusched.io/wave"]: pod_shape(pod)
+        for _, pod in arrivals(load_workload("claims"))
+    }
+    assert shapes == {
+        "plain": "whole",
+        "plain-pair": "whole",
+        "gpuclaim": "whole",
+        "gpuclaim-shared": "shared",
+        "dra": "DRA",
+    }
