@@ -303,7 +303,11 @@ async def _form(
         await _create(kubes, form, ns, warm, args.gpus, args.concurrency)
         if not await watch.wait(warm, claims, args.timeout):
             await _delete_all(kube, ns, form == "gpuclaim")  # free the GPUs for the next form
-            raise RuntimeError(f"{form}: warm-up pods not all complete in {args.timeout}s")
+            raise RuntimeError(
+                f"warm-up pods not all complete in {args.timeout:.0f}s: of {len(warm)}, "
+                f"{len(watch.bound_at)} bound, {len(watch.event_at)} with a Scheduled Event, "
+                f"{len(watch.claimed_at)} holding their claim"
+            )
         before = await _settled(sim)
         pids = {"scheduler": scheduler.proc.pid, "apiserver": sim.proc.pid, "loadgen": None}
         cpu_before = {k: _cpu_seconds(p) for k, p in pids.items()}
