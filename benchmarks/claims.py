@@ -36,6 +36,7 @@ controller).
 
     python benchmarks/claims.py [--nodes 1000] [--pods 1000] [--warmup 200] [--gpus 2]
         [--repeats 1] [--concurrency 16] [--timeout 300] [--json benchmarks/results-claims.json]
+        [--profile-scheduler scheduler.prof]
 
 Prints a table and writes the figures as JSON. Figures depend on the machine and on what else
 runs on it; speed is never asserted in tests.
@@ -386,7 +387,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             ready = await sim.ready()
             print(f"  {args.nodes} nodes: fleet in {ready['fleet_s']:.1f}s", file=sys.stderr)
             kubes = [await connect(sim.kubeconfig) for _ in range(4)]
-            scheduler = SchedulerProcess(sim.kubeconfig, tmp, f"claims-{args.nodes}")
+            scheduler = SchedulerProcess(
+                sim.kubeconfig, tmp, f"claims-{args.nodes}", profile_out=args.profile_scheduler
+            )
             await scheduler.ready(timeout=600)
             for round_ in range(args.repeats):  # the forms interleaved, round by round
                 for form in args.forms.split(","):
@@ -473,6 +476,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--timeout", type=float, default=300, help="seconds per wait")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--profile-scheduler",
+        type=Path,
+        default=None,
+        help="cProfile the scheduler process into this file (pstats)",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.forms.split(",")) - set(FORMS)
     if unknown:
