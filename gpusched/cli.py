@@ -17,6 +17,8 @@
                          [--fake-nvml CLUSTER:NODE | --nvml-tape FILE] [--metrics-port 10260]
                          [--no-device-plugin | --device-plugin-dir D --shared-replicas N]
     gpusched agent       --record-nvml FILE [--node-name N]
+    gpusched status      [--kubeconfig K] [--context C] [-n NS] [--node N]
+                         [-o table|wide|json|yaml] [--watch]
     gpusched explain     [NAMESPACE/]POD [-n NS] [--kubeconfig K] [--config F]
                          [-o table|wide|json|yaml]
 
@@ -301,6 +303,24 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--dev-root", default="/dev", help="where the host's /dev is mounted (device specs)"
     )
+    status = sub.add_parser(
+        "status",
+        help="what is on the GPUs: per node and GPU, totals per product and pool, pending pods",
+        description="Read-only (list, and watch with --watch, on nodes, pods and "
+        "gpunodeinventories); docs/status.md explains the columns and the JSON schema.",
+    )
+    status.add_argument(
+        "--kubeconfig", default=None, help="default: $KUBECONFIG, ~/.kube/config, in-cluster"
+    )
+    status.add_argument("--context", default=None)
+    status.add_argument("-n", "--namespace", default=None, help="show only this namespace's pods")
+    status.add_argument("--node", default=None, help="show only this node")
+    status.add_argument(
+        "-o", "--output", choices=["table", "wide", "json", "yaml"], default="table"
+    )
+    status.add_argument(
+        "-w", "--watch", action="store_true", help="re-print on every change (Ctrl-C ends)"
+    )
     return parser
 
 
@@ -321,6 +341,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _agent(args)
         if args.command == "explain":
             return asyncio.run(_explain(args))
+        if args.command == "status":
+            from gpusched.status.command import StatusOptions
+            from gpusched.status.command import main as status_main
+
+            return status_main(
+                StatusOptions(
+                    kubeconfig=args.kubeconfig,
+                    context=args.context,
+                    namespace=args.namespace,
+                    node=args.node,
+                    output=args.output,
+                    watch=args.watch,
+                )
+            )
     except UsageError as exc:
         print(f"gpusched: {exc}", file=sys.stderr)
         return 2
@@ -957,6 +991,9 @@ async def _run_scheduler(args: argparse.Namespace, stop: asyncio.Event) -> int:
             return scheduler.ready.is_set()
         return elector.lease_readable
 
+    metrics.leader.labels(config.leader_election.resource_name).set_function(
+        lambda: float(elector is None or elector.is_leader)
+    )
     ops = OperationsServer(metrics, ready)
     await ops.start(port=args.metrics_port)
     print(

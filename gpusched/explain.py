@@ -261,7 +261,8 @@ def render(explanation: Explanation, *, wide: bool = False, limit: int = 20) -> 
     lines = [f"Pod {e.namespace}/{e.name} (schedulerName {e.scheduler_name}): {e.phase}"]
     lines.append(f"  {'Now' if e.phase == 'Pending' else 'Where'}: {e.message}")
     if e.devices:
-        lines.append("  Devices: " + ", ".join(f"{k}={v}" for k, v in e.devices.items()))
+        shown_devices = {k: v for k, v in e.devices.items() if wide or k != GPU_UUIDS}
+        lines.append("  Devices: " + ", ".join(f"{k}={v}" for k, v in shown_devices.items()))
     if e.last_attempt:
         lines.append(f"  Last attempt: {e.last_attempt}")
     if e.gang:

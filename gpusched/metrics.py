@@ -24,7 +24,9 @@ gpusched's own, under ``gpusched_``: bind failures by reason, Lease conflicts, r
 held, API writes by resource and verb, GPUs and VRAM allocated per node, and the Event
 recorder's ``gpusched_events_pending``, ``gpusched_events_written_total{verb}``,
 ``gpusched_events_aggregated_total`` and ``gpusched_events_dropped_total{reason}`` (client-go
-and kube-scheduler export no Event metrics; see ``gpusched.events``).
+and kube-scheduler export no Event metrics; see ``gpusched.events``). And client-go's
+``leader_election_master_status{name}``: 1 while the replica leads, or always without leader
+election (set by ``gpusched scheduler``), so ``sum(...) == 0`` means no replica schedules.
 
 Each ``Metrics`` owns its registry, so two schedulers in one process (tests racing two
 replicas) do not share counters. ``serve()`` exposes ``/metrics``, ``/healthz`` and ``/readyz``.
@@ -181,6 +183,13 @@ class Metrics:
             "gpusched_node_vram_allocated_mib",
             "GPU memory reserved on a node, in MiB.",
             ["node"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "leader_election_master_status",
+            "1 while this replica leads (or runs without leader election), else 0; as "
+            "client-go's leader election metric, by the leader Lease's name.",
+            ["name"],
             registry=r,
         )
         self._observers: dict[str, FrameworkObserver] = {}

@@ -42,7 +42,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from gpusched.agent.discovery import AgentError, discover
 from gpusched.agent.health import XIDPolicy
 from gpusched.agent.publisher import Publisher, PublishError
-from gpusched.agent.telemetry import NVMLMonitor, status_of, with_health
+from gpusched.agent.telemetry import GPUReading, NVMLMonitor, status_of, with_health
 from gpusched.clock import Clock, RealClock
 from gpusched.inventory import GPUNodeInventory
 from gpusched.kube.client import Kube
@@ -121,6 +121,40 @@ class AgentMetrics:
             ["health"],
             registry=self.registry,
         )
+
+        self.memory_used = Gauge(
+            "gpusched_agent_gpu_memory_used_mib",
+            "GPU memory in use at the last NVML reading, in MiB, by GPU index.",
+            ["gpu"],
+            registry=self.registry,
+        )
+        self.memory_total = Gauge(
+            "gpusched_agent_gpu_memory_total_mib",
+            "GPU memory, in MiB, by GPU index.",
+            ["gpu"],
+            registry=self.registry,
+        )
+        self.utilization = Gauge(
+            "gpusched_agent_gpu_utilization_percent",
+            "GPU utilisation at the last NVML reading, 0-100, by GPU index.",
+            ["gpu"],
+            registry=self.registry,
+        )
+        self.last_reading = Gauge(
+            "gpusched_agent_last_reading_timestamp_seconds",
+            "Unix time of the last NVML reading (an alert fires when it falls behind).",
+            registry=self.registry,
+        )
+
+    def observe(self, spec: GPUNodeInventory, readings: Iterable[GPUReading], at: float) -> None:
+        """Record one reading: per-GPU memory and utilisation (for dashboards), and its time."""
+        memory = {gpu.index: gpu.memory_mib for gpu in spec.gpus}
+        for reading in readings:
+            gpu = str(reading.index)
+            self.memory_used.labels(gpu).set(reading.used_mib)
+            self.memory_total.labels(gpu).set(memory.get(reading.index, 0))
+            self.utilization.labels(gpu).set(reading.utilization)
+        self.last_reading.set(at)
 
     def render(self) -> bytes:
         data: bytes = generate_latest(self.registry)
@@ -228,6 +262,7 @@ class Agent:
                 log.warning("rediscovery failed, keeping the last inventory: %s", exc)
         monitor = self._monitor
         readings = await asyncio.to_thread(monitor.read) if monitor is not None else []
+        self.metrics.observe(self._spec, readings, self.clock.now().timestamp())
         inventory = with_health(self._spec, readings)
         if inventory != self.inventory:
             self._changed(inventory)

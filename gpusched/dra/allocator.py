@@ -5,12 +5,21 @@ The pure core the DynamicResources plugin will call from Filter, modelled on ups
 ``resource.k8s.io/v1`` objects in (the node's ResourceSlices, the DeviceClasses, the claims),
 each claim's ``status.allocation`` out, or why not. No I/O, no asyncio, never awaits.
 
-- **Devices**: those of the slices published for the node (``nodeName``) or for all nodes
-  (``allNodes``; slices with a ``nodeSelector`` are not read yet), from the newest generation
-  of each pool, and only from complete pools (as many slices as ``resourceSliceCount``; an
-  ``All`` request waits while a pool is incomplete). Devices already allocated
+- **Devices**: those of the slices published for the node (``nodeName``), for all nodes
+  (``allNodes``) or for nodes their ``nodeSelector`` matches (the node's ``node_labels``,
+  and ``metadata.name`` for ``matchFields``), from the newest generation of each pool. As
+  upstream, an incomplete pool (fewer slices than ``resourceSliceCount``) still serves
+  ``ExactCount`` requests while an ``All`` request fails until it is complete, and an invalid
+  pool (a device name in two slices) serves nothing. Devices already allocated
   (``allocated``: a set of ``(driver, pool, device)`` or a predicate, the seam for
-  gpusched's ledger of devices held by non-DRA pods) are skipped, except by admin access.
+  gpusched's ledger of devices held by non-DRA pods; :func:`allocated_devices` reads it from
+  claims) are skipped, except by admin access: an ``adminAccess`` request may take devices
+  in use, and its results count as nobody's use. Counters (partitionable devices): a device
+  that ``consumesCounters`` of its pool's ``sharedCounters`` is allocated only while what it
+  consumes is left, after the devices already allocated and those this call picks (admin
+  access consumes nothing); a counter set the pool lacks makes its devices unallocatable.
+  Per-device node selection (``perDeviceNodeSelection``) is not read: such slices are left
+  out, as by an upstream scheduler without that feature.
 - **Requests**: ``exactly`` (``ExactCount`` with ``count``, default 1, or ``All``: every
   matching device, all of them free, at least one) or ``firstAvailable`` (the first
   subrequest that can be satisfied, result request ``"req/sub"``). A device matches when
@@ -22,12 +31,14 @@ each claim's ``status.allocation`` out, or why not. No I/O, no asyncio, never aw
 - **Result**: per claim, ``devices.results`` (request, driver, pool, device, ``adminAccess``),
   ``devices.config`` as upstream builds it (the classes' configs, then the claim's that name
   no request or one that was allocated; a list naming every request is dropped: empty means
-  all), and a ``nodeSelector`` on ``metadata.name`` when a node-local device was used.
+  all), and a ``nodeSelector``: on ``metadata.name`` when a node-local device was used, else
+  the requirements of the node-selector slices used (one term), else none.
 - **Topology**: among the sets that satisfy a request, the best by gpusched's NVLink ranking
   (:mod:`gpusched.topology.selection`: most NVLinks, then PCIe proximity, then least cut from
-  the free devices left), with each device mapped to its GPU through its ``index`` (GPUs) or
-  ``parentIndex`` / ``parentUUID`` (MIG devices) or ``uuid`` attribute and the node's
-  ``GPUNodeInventory``. Without an inventory all sets rank equal (first in device order).
+  the free devices left), with each device mapped to its GPU through its ``uuid`` (GPUs) or
+  ``parentUUID`` (MIG devices) attribute and the node's ``GPUNodeInventory`` (NVIDIA's
+  driver publishes these; an ``index`` / ``parentIndex``, as older versions published, is
+  read first). Without an inventory all sets rank equal (first in device order).
   The preference is per request, in request order: an earlier request's best set is not
   traded for a later one's.
 
@@ -47,11 +58,22 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Final, TypeAlias
 
 from gpusched.inventory import GPUNodeInventory
+from gpusched.node_selector import NodeSelector
+from gpusched.quantity import parse_quantity
 from gpusched.topology import GPUTopology, link_score_of
 from gpusched.topology.selection import greedy_gpu_set
 
@@ -67,10 +89,13 @@ __all__ = [
     "MatchCache",
     "Unallocatable",
     "allocate",
+    "allocated_devices",
 ]
 
 DeviceID: TypeAlias = tuple[str, str, str]
 """``(driver, pool, device)``: a device's name in an allocation result."""
+_Counter: TypeAlias = tuple[str, str, str, str]
+"""``(driver, pool, counter set, counter)``."""
 Allocated: TypeAlias = Collection[DeviceID] | Callable[[DeviceID], bool]
 """Devices that are taken: a collection, or a predicate (gpusched's ledger)."""
 MatchCache: TypeAlias = MutableMapping[tuple[str, DeviceID, str], bool]
@@ -113,6 +138,10 @@ class _Device:
     attributes: dict[str, Any]
     """Qualified attribute name -> its one value (for matchAttribute)."""
     node_local: bool
+    node_selector: Mapping[str, Any] | None = None
+    """The slice's ``nodeSelector`` (a slice for a set of nodes)."""
+    consumes: tuple[tuple[_Counter, Fraction], ...] = ()
+    """What it takes of its pool's shared counters."""
     gpu: int | None = None
 
 
@@ -160,6 +189,8 @@ class _Search:
     """No pair scores at all (no inventory, or no device mapped to a GPU)."""
     steps: int = 0
     used: set[int] = field(default_factory=set)
+    left: dict[_Counter, Fraction] = field(default_factory=dict)
+    """Shared counters not consumed yet (by allocated devices, then by this search's)."""
     shared: MatchCache = field(default_factory=dict)
     """CEL verdicts: the caller's :data:`MatchCache`, else one for this call."""
     activations: dict[int, dict[str, Any] | str] = field(default_factory=dict)
@@ -289,19 +320,49 @@ def _gpu_index(
     return by_uuid.get(uuid) if isinstance(uuid, str) else None
 
 
+def _slice_applies(spec: Mapping[str, Any], node_name: str, node_labels: Mapping[str, str]) -> bool:
+    """Upstream's ``nodeMatches``: the slice's devices are reachable from the node."""
+    if spec.get("nodeName"):
+        return bool(spec["nodeName"] == node_name)
+    if spec.get("allNodes"):
+        return True
+    selector = spec.get("nodeSelector")
+    if selector is not None:
+        return NodeSelector.compile(selector).matches(node_labels, node_name)
+    return False  # perDeviceNodeSelection, or a future field: not read
+
+
+@dataclass(slots=True)
+class _Pools:
+    """Why pools are left out of, or only partly in, the devices (module docstring), and
+    their shared counters."""
+
+    incomplete: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    counters: dict[_Counter, Fraction] = field(default_factory=dict)
+
+
+def _amount(value: Any) -> Fraction:
+    try:
+        return parse_quantity(str((value or {}).get("value", "0")))
+    except ValueError:
+        return Fraction(0)
+
+
 def _pool_devices(
     slices: Sequence[Mapping[str, Any]],
     node_name: str,
+    node_labels: Mapping[str, str],
     inventory: GPUNodeInventory | None,
-    incomplete: list[str],
+    pools: _Pools,
 ) -> list[_Device]:
-    """The devices of the complete, valid pools, in pool then slice order; why each other
-    pool is left out is appended to ``incomplete``. O(devices) (a pool's names are counted
-    only when it is complete)."""
+    """The devices of the valid pools the node reaches, in pool then slice order; incomplete
+    and invalid pools are noted in ``pools``. O(devices), plus one node-selector match per
+    slice that has one."""
     newest: dict[tuple[str, str], tuple[int, list[Mapping[str, Any]]]] = {}
     for item in slices:
         spec = item.get("spec", {})
-        if spec.get("nodeName") != node_name and not spec.get("allNodes"):
+        if not _slice_applies(spec, node_name, node_labels):
             continue
         pool = spec.get("pool", {})
         key = (spec.get("driver", ""), pool.get("name", ""))
@@ -314,20 +375,25 @@ def _pool_devices(
     devices: list[_Device] = []
     by_uuid = {} if inventory is None else _uuids(inventory)
     for (driver, pool), (_, items) in sorted(newest.items()):
-        if len(items) < int(items[0]["spec"]["pool"].get("resourceSliceCount", 1)):
-            # upstream does not allocate from it
-            incomplete.append(f"resource pool {driver}/{pool} is currently being updated")
-            continue
+        if len(items) != int(items[0]["spec"]["pool"].get("resourceSliceCount", 1)):
+            # upstream still allocates ExactCount requests from it
+            pools.incomplete.append(f"resource pool {driver}/{pool} is currently being updated")
         names = Counter(
             raw.get("name") for item in items for raw in item["spec"].get("devices") or ()
         )
         if twice := sorted(str(n) for n, times in names.items() if times > 1):
             # Upstream marks such a pool invalid: nothing in it is allocated, and a request
             # for all devices cannot be met.
-            incomplete.append(
+            pools.invalid.append(
                 f"resource pool {driver}/{pool} is invalid: device {twice[0]} is in two slices"
             )
             continue
+        for item in items:
+            for counter_set in item["spec"].get("sharedCounters") or ():
+                for name, value in (counter_set.get("counters") or {}).items():
+                    pools.counters[(driver, pool, counter_set.get("name", ""), name)] = _amount(
+                        value
+                    )
         for item in items:
             spec = item["spec"]
             for raw in spec.get("devices") or ():
@@ -346,7 +412,13 @@ def _pool_devices(
                             or f"generation {spec['pool'].get('generation', 0)}"
                         ),
                         attributes=attributes,
-                        node_local=spec.get("nodeName") == node_name,
+                        node_local=bool(spec.get("nodeName")),
+                        node_selector=spec.get("nodeSelector"),
+                        consumes=tuple(
+                            ((driver, pool, use.get("counterSet", ""), name), _amount(value))
+                            for use in body.get("consumesCounters") or ()
+                            for name, value in (use.get("counters") or {}).items()
+                        ),
                         gpu=None
                         if inventory is None
                         else _gpu_index(attributes, len(inventory.gpus), by_uuid),
@@ -427,22 +499,23 @@ def allocate(
     max_candidates: int = DEFAULT_MAX_CANDIDATES,
     max_steps: int = DEFAULT_MAX_STEPS,
     match_cache: MatchCache | None = None,
+    node_labels: Mapping[str, str] | None = None,
 ) -> Allocation | Unallocatable:
     """Allocate every claim in ``claims`` on ``node_name`` together (module docstring).
 
-    ``classes``: DeviceClass objects by name. Never raises for bad input it can name.
+    ``classes``: DeviceClass objects by name; ``node_labels``: the node's labels, for slices
+    with a ``nodeSelector``. Never raises for bad input it can name.
     """
     try:
         requests = _requests(claims, classes, allow_admin_access)
-        incomplete: list[str] = []
-        devices = _pool_devices(slices, node_name, inventory, incomplete)
+        pools = _Pools()
+        devices = _pool_devices(slices, node_name, node_labels or {}, inventory, pools)
     except _Failure as exc:
         return Unallocatable(str(exc), error=True)
     for request in requests:
-        if incomplete and any(alt.all_mode for alt in request.alternatives):
-            return Unallocatable(
-                f"request {request.name}: asks for all devices, but {incomplete[0]}"
-            )
+        if any(alt.all_mode for alt in request.alternatives):
+            for why in (*pools.incomplete, *pools.invalid):
+                return Unallocatable(f"request {request.name}: asks for all devices, but {why}")
     scores = _score_matrix(devices, inventory)
     search = _Search(
         devices=devices,
@@ -453,6 +526,10 @@ def allocate(
         max_candidates=max(1, max_candidates),
         max_steps=max_steps,
     )
+    search.left = dict(pools.counters)
+    for device in devices:
+        if device.consumes and search.taken(device.id):
+            _consume(search.left, device, 1)
     constraints = [
         [
             _Constraint(
@@ -464,17 +541,21 @@ def allocate(
         for claim in claims
     ]
     chosen: list[tuple[_Request, _Alternative, tuple[int, ...]]] = []
+    # As upstream, an invalid pool is named only when the allocation fails.
+    invalid = f"; {pools.invalid[0]}" if pools.invalid else ""
     try:
         short = _hopeless(search, requests)
         if short is not None:
-            return Unallocatable(short)
+            return Unallocatable(short + invalid)
         done = _place(search, requests, 0, constraints, chosen)
     except _Failure as exc:
         return Unallocatable(str(exc), error=True)
     if not done:
         if search.steps >= search.max_steps:
             return Unallocatable(f"gave up after trying {search.max_steps} device sets")
-        return Unallocatable("cannot allocate all claims: not enough matching free devices")
+        return Unallocatable(
+            "cannot allocate all claims: not enough matching free devices" + invalid
+        )
     return Allocation(
         tuple(
             _result(claim, i, chosen, devices, classes, node_name) for i, claim in enumerate(claims)
@@ -515,7 +596,7 @@ def _place(
         free = [
             d.position
             for d in matching
-            if d.position not in search.used and (alt.admin or not search.taken(d.id))
+            if alt.admin or (d.position not in search.used and not search.taken(d.id))
         ]
         if alt.all_mode:
             options: Iterator[tuple[int, ...]] = iter(
@@ -531,14 +612,38 @@ def _place(
             if held + len(ids) > MAX_RESULTS or not _bind(search, ids, applicable):
                 continue
             if not alt.admin:
+                if not _fits(search, ids):
+                    _unbind(ids, applicable)
+                    continue
                 search.used.update(ids)
+                for i in ids:
+                    _consume(search.left, search.devices[i], 1)
             chosen.append((request, alt, ids))
             if _place(search, requests, at + 1, constraints, chosen):
                 return True
             chosen.pop()
-            search.used.difference_update(ids)
+            if not alt.admin:
+                search.used.difference_update(ids)
+                for i in ids:
+                    _consume(search.left, search.devices[i], -1)
             _unbind(ids, applicable)
     return False
+
+
+def _consume(left: dict[_Counter, Fraction], device: _Device, sign: int) -> None:
+    for key, amount in device.consumes:
+        if key in left:
+            left[key] -= sign * amount
+
+
+def _fits(search: _Search, ids: tuple[int, ...]) -> bool:
+    """Whether the shared counters left cover what ``ids`` consume (a counter their pool
+    does not declare covers nothing). O(counters consumed)."""
+    need: dict[_Counter, Fraction] = {}
+    for i in ids:
+        for key, amount in search.devices[i].consumes:
+            need[key] = need.get(key, Fraction(0)) + amount
+    return all(key in search.left and search.left[key] >= amount for key, amount in need.items())
 
 
 def _grouped(
@@ -601,6 +706,7 @@ def _result(
     config: list[dict[str, Any]] = []
     by_class: dict[str, list[str]] = {}
     node_local = False
+    term: dict[str, list[Any]] = {"matchExpressions": [], "matchFields": []}
     for request, alt, ids in chosen:
         if request.claim != index:
             continue
@@ -608,6 +714,8 @@ def _result(
         for position in ids:
             device = devices[position]
             node_local = node_local or device.node_local
+            for key, requirements in _only_term(device.node_selector).items():
+                term[key].extend(r for r in requirements if r not in term[key])
             driver, pool, name = device.id
             result: dict[str, Any] = {
                 "request": alt.name,
@@ -643,4 +751,30 @@ def _result(
                 {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
             ]
         }
+    elif term["matchExpressions"] or term["matchFields"]:
+        # upstream's createNodeSelector: the slices' single terms, requirements ANDed
+        allocation["nodeSelector"] = {"nodeSelectorTerms": [{k: v for k, v in term.items() if v}]}
     return allocation
+
+
+def _only_term(selector: Mapping[str, Any] | None) -> dict[str, list[Any]]:
+    """The requirements of a slice's node selector (API validation allows one term)."""
+    terms = (selector or {}).get("nodeSelectorTerms") or [{}]
+    return {
+        key: list(terms[0].get(key) or ())
+        for key in ("matchExpressions", "matchFields")
+        if terms[0].get(key)
+    }
+
+
+def allocated_devices(claims: Iterable[Mapping[str, Any]]) -> set[DeviceID]:
+    """The devices ``claims`` hold, from their ``status.allocation`` (an ``allocated`` set
+    for :func:`allocate`): results with ``adminAccess`` are left out, as upstream's
+    ``GatherAllocatedState`` does, since admin access is not use. O(results)."""
+    held: set[DeviceID] = set()
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or ():
+            if not result.get("adminAccess"):
+                held.add((result["driver"], result["pool"], result["device"]))
+    return held

@@ -19,8 +19,12 @@ upstream's), defaulting ``pkg/apis/resource/v1/defaults.go`` (``allocationMode: 
 ``count: 1``, toleration ``operator: Equal``), the strategies
 ``pkg/registry/resource/*/strategy.go`` and the tables ``pkg/printers/internalversion``.
 
-Left out: CEL expressions are checked for length only (the real server compiles them and
-rejects bad syntax or a cost over the limit); opaque parameters are checked to be JSON objects
+CEL selectors (DeviceClass, claim and template requests and subrequests) are compiled with
+:mod:`gpusched.dra.cel` as the real server compiles them: too long is TooLong, a syntax
+error, an undeclared name or a non-bool literal result is Invalid (``...cel.expression``),
+an estimated cost over the limit Forbidden ("too complex, exceeds cost limit"); a
+DeviceClass update whose selectors are unchanged is not recompiled (upstream's "stored"
+expressions). Left out: opaque parameters are checked to be JSON objects
 but not for size; device taints, counters, consumable capacity, binding conditions, admin
 access and the alpha fields are stored as sent and not validated. Cost: linear in the object.
 """
@@ -32,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
+from gpusched.dra.cel import compile_selector
 from gpusched.sim import field, kinds
 from gpusched.sim.apimachinery import (
     is_dns1123_label,
@@ -258,12 +263,20 @@ def _request_ref(name: Any, path: str, names: _RequestNames) -> list[FieldError]
 
 
 def _selector(sel: Any, path: str) -> list[FieldError]:
+    """``validateSelector``: the expression is compiled in the DRA environment
+    (:mod:`gpusched.dra.cel`); an invalid one is Invalid, a too expensive one Forbidden."""
     cel = kinds._map(sel).get("cel")
     if cel is None:
         return [field.required(f"{path}.cel")]
     expression = kinds._str(kinds._map(cel).get("expression"))
+    where = f"{path}.cel.expression"
     if len(expression) > CEL_EXPRESSION_MAX_LENGTH:
-        return [field.too_long(f"{path}.cel.expression", CEL_EXPRESSION_MAX_LENGTH)]
+        return [field.too_long(where, CEL_EXPRESSION_MAX_LENGTH)]  # not compiled, as upstream
+    compiled = compile_selector(expression)
+    if compiled.too_expensive:
+        return [field.forbidden(where, "too complex, exceeds cost limit")]
+    if compiled.error is not None:
+        return [field.invalid(where, expression, compiled.error)]
     return []
 
 

@@ -3,21 +3,28 @@
 The driver's kubelet plugin publishes one ResourceSlice per node for its driver
 ``gpu.nvidia.com``: pool = the node's name, ``nodeName`` = the node, one device per GPU with MIG
 off, named ``gpu-<minor>``, and with MIG on one device per MIG device instead (the GPU itself
-is not offered), named ``gpu-<minor>-mig-<GI profile id>-<placement start>-<size>``. Attributes
-(unqualified names are in the driver's domain): ``type`` (``gpu`` / ``mig``), ``uuid``,
-``productName``, ``brand``, ``architecture``, ``cudaComputeCapability``, ``driverVersion`` and
-``cudaDriverVersion`` (semver, as the driver writes them: ``550.127.05`` -> ``550.127.5``),
-``index``, ``minor``, ``pcieBusID``; MIG devices add ``parentUUID`` and ``profile``. Capacity
+is not offered), named ``gpu-<minor>-mig-<GI profile id>-<placement start>-<size>``. Attributes,
+as its ``GpuInfo.Attributes`` / ``CommonAttributesMig`` publish them today (no ``index`` or
+``minor`` since 2025-09; unqualified names are in the driver's domain): ``type`` (``gpu`` /
+``mig``), ``uuid``, ``productName``, ``brand``, ``architecture``, ``cudaComputeCapability``,
+``driverVersion`` and ``cudaDriverVersion`` (semver, as the driver writes them: ``550.127.05``
+-> ``550.127.5``), and Kubernetes' standard ``resource.kubernetes.io/pciBusID`` (go-nvlib's
+form, ``0000:18:00.0``) and ``resource.kubernetes.io/pcieRoot`` (the PCIe root complex,
+``pci<domain>:<bus>``: what ``matchAttribute`` uses to keep devices on one root); MIG
+devices add ``parentUUID`` and ``profile`` and carry their GPU's PCI attributes. Capacity
 ``memory`` (bytes, binary SI), and for MIG devices one ``memorySlice<i>`` per memory slice
 the placement spans (what lets an allocator see overlapping placements). The driver's
 DeviceClasses ``gpu.nvidia.com`` and ``mig.nvidia.com`` select on ``type``
 (:data:`DEVICE_CLASSES`, as its Helm chart installs them).
 
 Differences: the slice's name is ``<node>-gpu.nvidia.com`` (the driver lets the API server
-generate one), so that applying a fleet twice replaces it; MIG devices carry no engine or
-multiprocessor counts (the inventory has none); brand, architecture and compute capability
-come from the product name (:func:`product_info`); unhealthy GPUs are published like healthy
-ones. Cost: O(devices) per node, pure.
+generate one), so that applying a fleet twice replaces it; a GPU is named by its index; the
+PCIe root is derived from the inventory's PCIe levels (GPUs joined by ``PIX``, ``PXB`` or
+``PHB`` share a root complex, named after the lowest bus behind it, less one), not read from
+sysfs; ``addressingMode`` (coherent-memory systems only) is not published; MIG devices carry
+no engine or multiprocessor counts (the inventory has none); brand, architecture and compute
+capability come from the product name (:func:`product_info`); unhealthy GPUs are published
+like healthy ones. Cost: O(devices + links) per node, pure.
 """
 
 from __future__ import annotations
@@ -31,14 +38,24 @@ from gpusched.mig_profiles import profile
 __all__ = [
     "DEVICE_CLASSES",
     "DRIVER",
+    "PCIE_ROOT",
+    "PCI_BUS_ID",
     "device_name",
     "mig_device_name",
+    "pci_bus_id",
+    "pcie_roots",
     "product_info",
     "resource_slice",
     "slice_name",
 ]
 
 DRIVER: Final = "gpu.nvidia.com"
+PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
+PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
+"""Kubernetes' standard device attributes (``k8s.io/dynamic-resource-allocation/
+deviceattribute``), which the driver publishes."""
+_PCIE_ROOT_PREFIX: Final = "pci"
+_SAME_ROOT: Final = frozenset({"PIX", "PXB", "PHB"})
 DEVICE_CLASSES: Final[tuple[dict[str, Any], ...]] = tuple(
     {
         "apiVersion": "resource.k8s.io/v1",
@@ -120,7 +137,38 @@ def slice_name(node: str) -> str:
     return f"{node}-{DRIVER}"
 
 
-def _common(gpu: GPUDevice, inventory: GPUNodeInventory, kind: str) -> dict[str, Any]:
+def pci_bus_id(gpu: GPUDevice) -> str:
+    """go-nvlib's ``GetPCIBusID``: NVML's bus id, lower case, a 4-digit domain."""
+    text = gpu.pci_bus_id.lower()
+    return text.removeprefix("0000") if len(text.split(":")[0]) == 8 else text
+
+
+def pcie_roots(inventory: GPUNodeInventory) -> dict[int, str]:
+    """GPU index -> its PCIe root complex (``pci<domain>:<bus>``), GPUs that reach each
+    other below a host bridge (``PIX``, ``PXB``, ``PHB``) sharing one. O(GPUs + links)."""
+    parent = {gpu.index: gpu.index for gpu in inventory.gpus}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for link in inventory.links:
+        if link.pcie in _SAME_ROOT and link.a in parent and link.b in parent:
+            parent[find(link.a)] = find(link.b)
+    members: dict[int, list[GPUDevice]] = {}
+    for gpu in inventory.gpus:
+        members.setdefault(find(gpu.index), []).append(gpu)
+    roots: dict[int, str] = {}
+    for group in members.values():
+        domain, bus = min(tuple(pci_bus_id(g).split(":")[:2]) for g in group)
+        name = f"{_PCIE_ROOT_PREFIX}{domain}:{max(int(bus, 16) - 1, 0):02x}"
+        roots.update({g.index: name for g in group})
+    return roots
+
+
+def _common(gpu: GPUDevice, inventory: GPUNodeInventory, kind: str, root: str) -> dict[str, Any]:
     brand, architecture, capability = product_info(gpu.product)
     attrs: dict[str, Any] = {
         "type": {"string": kind},
@@ -129,19 +177,17 @@ def _common(gpu: GPUDevice, inventory: GPUNodeInventory, kind: str) -> dict[str,
         "architecture": {"string": architecture},
         "driverVersion": {"version": _semver(inventory.driver_version)},
         "cudaDriverVersion": {"version": _semver(inventory.cuda_driver_version)},
-        "pcieBusID": {"string": gpu.pci_bus_id.lower()},
+        PCI_BUS_ID: {"string": pci_bus_id(gpu)},
+        PCIE_ROOT: {"string": root},
     }
     if capability:
         attrs["cudaComputeCapability"] = {"version": _semver(capability)}
     return attrs
 
 
-def _gpu_device(gpu: GPUDevice, inventory: GPUNodeInventory) -> dict[str, Any]:
-    attrs = _common(gpu, inventory, "gpu")
+def _gpu_device(gpu: GPUDevice, inventory: GPUNodeInventory, root: str) -> dict[str, Any]:
+    attrs = _common(gpu, inventory, "gpu", root)
     attrs["uuid"] = {"string": gpu.uuid}
-    attrs["index"] = {"int": gpu.index}
-    minor = gpu.minor_number if gpu.minor_number is not None else gpu.index
-    attrs["minor"] = {"int": minor}
     return {
         "name": device_name(gpu),
         "attributes": dict(sorted(attrs.items())),
@@ -150,15 +196,13 @@ def _gpu_device(gpu: GPUDevice, inventory: GPUNodeInventory) -> dict[str, Any]:
 
 
 def _mig_device(
-    gpu: GPUDevice, mig: MIGDevice, index: int, inventory: GPUNodeInventory
+    gpu: GPUDevice, mig: MIGDevice, inventory: GPUNodeInventory, root: str
 ) -> dict[str, Any]:
-    """As the driver's ``MigDeviceInfo.GetDevice``: ``index`` is the MIG device's own (its
-    place among its GPU's MIG devices), ``parentIndex`` its GPU's; no ``minor``."""
-    attrs = _common(gpu, inventory, "mig")
+    """As the driver's ``MigDeviceInfo.GetDevice``: its GPU's attributes, its own UUID, the
+    GPU's as ``parentUUID``, its ``profile``."""
+    attrs = _common(gpu, inventory, "mig", root)
     attrs["uuid"] = {"string": mig.uuid}
     attrs["parentUUID"] = {"string": gpu.uuid}
-    attrs["index"] = {"int": index}
-    attrs["parentIndex"] = {"int": gpu.index}
     attrs["profile"] = {"string": mig.profile}
     capacity: dict[str, Any] = {"memory": {"value": _binary_quantity(mig.memory_mib << 20)}}
     for i in range(mig.placement_start, min(mig.placement_end, MIG_MEMORY_SLICES)):
@@ -173,13 +217,13 @@ def _mig_device(
 def resource_slice(inventory: GPUNodeInventory, generation: int = 1) -> dict[str, Any]:
     """The ResourceSlice NVIDIA's driver publishes for the node of ``inventory``."""
     devices: list[dict[str, Any]] = []
+    roots = pcie_roots(inventory)
     for gpu in inventory.gpus:
+        root = roots[gpu.index]
         if gpu.mig_enabled:
-            devices.extend(
-                _mig_device(gpu, mig, i, inventory) for i, mig in enumerate(gpu.mig_devices)
-            )
+            devices.extend(_mig_device(gpu, mig, inventory, root) for mig in gpu.mig_devices)
         else:
-            devices.append(_gpu_device(gpu, inventory))
+            devices.append(_gpu_device(gpu, inventory, root))
     node = inventory.node_name
     return {
         "apiVersion": "resource.k8s.io/v1",

@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusched.dra.allocator import Allocation, DeviceID, Unallocatable, allocate
+from gpusched.dra.allocator import (
+    Allocation,
+    DeviceID,
+    Unallocatable,
+    allocate,
+    allocated_devices,
+)
 from gpusched.dra.cel import compile_selector, device_activation
 from gpusched.inventory import GPUNodeInventory
 from gpusched.sim.fleet import build_fleet, load_cluster_spec
@@ -18,7 +24,7 @@ from gpusched.topology import GPUTopology
 
 DRIVER = "gpu.nvidia.com"
 NODE = "node-a"
-GPU_CLASS = {
+GPU_CLASS: dict[str, Any] = {
     "metadata": {"name": "gpu.nvidia.com"},
     "spec": {
         "selectors": [
@@ -32,7 +38,7 @@ GPU_CLASS = {
         "config": [{"opaque": {"driver": DRIVER, "parameters": {"sharing": "none"}}}],
     },
 }
-MIG_CLASS = {
+MIG_CLASS: dict[str, Any] = {
     "metadata": {"name": "mig.nvidia.com"},
     "spec": {
         "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].type == 'mig'"}}]
@@ -529,7 +535,7 @@ def test_ledger_predicate_and_admin_flag() -> None:
             ],
             "gpu-1",
         ),
-        # an incomplete pool is not used
+        # an incomplete pool still serves ExactCount requests, as upstream
         (
             [
                 {
@@ -540,7 +546,7 @@ def test_ledger_predicate_and_admin_flag() -> None:
                     },
                 }
             ],
-            None,
+            "gpu-0",
         ),
     ],
 )
@@ -727,7 +733,10 @@ def test_a_pool_with_a_device_name_in_two_slices_is_invalid() -> None:
         item["spec"]["pool"]["resourceSliceCount"] = 2
     slices = [first, second]
     two = allocate([claim(exactly("r", count=2))], node_name=NODE, slices=slices, classes=CLASSES)
-    assert isinstance(two, Unallocatable)
+    assert two == Unallocatable(
+        "cannot allocate all claims: too few devices match request r; resource pool "
+        f"gpu.nvidia.com/{NODE} is invalid: device gpu-0 is in two slices"
+    )
     every = allocate(
         [claim(exactly("r", mode="All"))], node_name=NODE, slices=slices, classes=CLASSES
     )
@@ -735,3 +744,247 @@ def test_a_pool_with_a_device_name_in_two_slices_is_invalid() -> None:
         f"request r: asks for all devices, but resource pool gpu.nvidia.com/{NODE} is "
         "invalid: device gpu-0 is in two slices"
     )
+
+
+def shared_slice(devices: list[dict[str, Any]], **where: Any) -> dict[str, Any]:
+    """A slice for a set of nodes (``nodeSelector``) or all (``allNodes``), its own pool."""
+    return {
+        "metadata": {"name": "shared"},
+        "spec": {
+            "driver": DRIVER,
+            "pool": {"name": "shared", "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+            **where,
+        },
+    }
+
+
+RACK_A = {"key": "rack", "operator": "In", "values": ["a"]}
+ZONE = {"key": "zone", "operator": "Exists"}
+BY_NAME = {"key": "metadata.name", "operator": "In", "values": [NODE]}
+
+
+@pytest.mark.parametrize(
+    ("where", "labels", "node_selector"),
+    [
+        pytest.param(
+            {"nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [RACK_A]}]}},
+            {"rack": "a"},
+            {"nodeSelectorTerms": [{"matchExpressions": [RACK_A]}]},
+            id="selector-matches",
+        ),
+        pytest.param(
+            {"nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [RACK_A]}]}},
+            {"rack": "b"},
+            None,
+            id="selector-does-not-match",
+        ),
+        pytest.param(
+            {"nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [RACK_A]}]}},
+            None,
+            None,
+            id="no-labels-given",
+        ),
+        pytest.param(
+            {"nodeSelector": {"nodeSelectorTerms": [{"matchFields": [BY_NAME]}]}},
+            None,
+            {"nodeSelectorTerms": [{"matchFields": [BY_NAME]}]},
+            id="match-fields-on-the-name",
+        ),
+        pytest.param({"allNodes": True}, None, {}, id="all-nodes-no-selector"),
+        pytest.param({"perDeviceNodeSelection": True}, {"rack": "a"}, None, id="per-device"),
+    ],
+)
+def test_slices_for_a_set_of_nodes(
+    where: dict[str, Any], labels: dict[str, str] | None, node_selector: dict[str, Any] | None
+) -> None:
+    """As upstream's GatherPools / createNodeSelector: a ``nodeSelector`` slice serves the
+    nodes it matches, and its term becomes the allocation's node selector."""
+    found = allocate(
+        [claim(exactly("r"))],
+        node_name=NODE,
+        slices=[shared_slice(EIGHT[:1], **where)],
+        classes=CLASSES,
+        node_labels=labels,
+    )
+    if node_selector is None:
+        assert isinstance(found, Unallocatable)
+        return
+    assert isinstance(found, Allocation)
+    allocation = found.allocations[0]
+    assert pairs(allocation) == [("r", "gpu-0")]
+    assert allocation.get("nodeSelector", {}) == node_selector
+
+
+def test_node_selectors_of_several_slices_are_anded_and_a_local_device_wins() -> None:
+    rack = shared_slice(
+        [gpu(0)], nodeSelector={"nodeSelectorTerms": [{"matchExpressions": [RACK_A]}]}
+    )
+    zone = shared_slice(
+        [gpu(1)], nodeSelector={"nodeSelectorTerms": [{"matchExpressions": [RACK_A, ZONE]}]}
+    )
+    zone["spec"]["pool"]["name"] = "zone"
+    labels = {"rack": "a", "zone": "z1"}
+    both = allocate(
+        [claim(exactly("r", 2))],
+        node_name=NODE,
+        slices=[rack, zone],
+        classes=CLASSES,
+        node_labels=labels,
+    )
+    assert isinstance(both, Allocation)
+    assert both.allocations[0]["nodeSelector"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [RACK_A, ZONE]}]
+    }
+    local = allocate(
+        [claim(exactly("r", 2))],
+        node_name=NODE,
+        slices=[rack, slice_of([gpu(5)])],
+        classes=CLASSES,
+        node_labels=labels,
+    )
+    assert isinstance(local, Allocation)
+    assert local.allocations[0]["nodeSelector"] == {
+        "nodeSelectorTerms": [{"matchFields": [BY_NAME]}]
+    }
+
+
+def test_an_incomplete_pool_serves_exact_counts_not_all() -> None:
+    incomplete = slice_of(EIGHT[:2])
+    incomplete["spec"]["pool"]["resourceSliceCount"] = 2
+    two = allocate([claim(exactly("r", 2))], node_name=NODE, slices=[incomplete], classes=CLASSES)
+    assert isinstance(two, Allocation)
+    every = allocate(
+        [claim(exactly("r", mode="All"))], node_name=NODE, slices=[incomplete], classes=CLASSES
+    )
+    assert every == Unallocatable(
+        f"request r: asks for all devices, but resource pool gpu.nvidia.com/{NODE} is "
+        "currently being updated"
+    )
+
+
+def test_admin_access_takes_devices_in_use_and_is_no_use() -> None:
+    """Upstream's allocateDevice skips the in-use check for admin access, and
+    GatherAllocatedState leaves admin results out of what is allocated."""
+    one = [slice_of(EIGHT[:1])]
+    held = taken(0)
+    busy = allocate(
+        [claim(exactly("r"))], node_name=NODE, slices=one, classes=CLASSES, allocated=held
+    )
+    assert isinstance(busy, Unallocatable)
+    admin = allocate(
+        [claim(exactly("r", admin=True))],
+        node_name=NODE,
+        slices=one,
+        classes=CLASSES,
+        allocated=held,
+        allow_admin_access=True,
+    )
+    assert isinstance(admin, Allocation)
+    assert pairs(admin.allocations[0]) == [("r", "gpu-0")]
+    # one device, two claims in one call: the plain one and the admin one both get it
+    together = allocate(
+        [claim(exactly("r")), claim(exactly("a", admin=True))],
+        node_name=NODE,
+        slices=one,
+        classes=CLASSES,
+        allow_admin_access=True,
+    )
+    assert isinstance(together, Allocation)
+    claims = [{"status": {"allocation": allocation}} for allocation in together.allocations]
+    assert allocated_devices(claims) == {(DRIVER, NODE, "gpu-0")}
+    assert allocated_devices(claims[1:]) == set()
+    all_admin = allocate(
+        [claim(exactly("a", mode="All", admin=True))],
+        node_name=NODE,
+        slices=[slice_of(EIGHT[:3])],
+        classes=CLASSES,
+        allocated=held,
+        allow_admin_access=True,
+    )
+    assert isinstance(all_admin, Allocation)
+    assert len(all_admin.allocations[0]["devices"]["results"]) == 3
+
+
+def partition(name: str, memory: str, counter_set: str = "gpu-0-counters") -> dict[str, Any]:
+    """A partitionable device (as dynamic MIG publishes them): it consumes shared counters."""
+    device = gpu(0, memory=memory)
+    device["name"] = name
+    device["consumesCounters"] = [
+        {"counterSet": counter_set, "counters": {"memory": {"value": memory}}}
+    ]
+    return device
+
+
+def counter_pool(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    counters = slice_of([])
+    del counters["spec"]["devices"]
+    counters["spec"]["sharedCounters"] = [
+        {"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}
+    ]
+    with_devices = slice_of(devices)
+    for item in (counters, with_devices):
+        item["spec"]["pool"]["resourceSliceCount"] = 2
+    return [counters, with_devices]
+
+
+WHOLE, HALF_A, HALF_B = (
+    partition("whole", "80Gi"),
+    partition("half-a", "40Gi"),
+    partition("half-b", "40Gi"),
+)
+
+
+@pytest.mark.parametrize(
+    ("requests", "held", "admin", "want"),
+    [
+        pytest.param([exactly("r", 2)], set(), False, ["half-a", "half-b"], id="two-halves"),
+        pytest.param([exactly("r", 3)], set(), False, None, id="whole-and-half-overflow"),
+        pytest.param([exactly("r")], {"whole"}, False, None, id="whole-held-no-half"),
+        pytest.param([exactly("r")], {"half-a"}, False, ["half-b"], id="one-half-held"),
+        pytest.param(
+            [
+                exactly(
+                    "r",
+                    1,
+                    "gpu.nvidia.com",
+                    "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('80Gi')) == 0",
+                    admin=True,
+                )
+            ],
+            {"half-a", "half-b"},
+            True,
+            ["whole"],
+            id="admin-access-consumes-nothing",
+        ),
+    ],
+)
+def test_shared_counters(
+    requests: list[dict[str, Any]], held: set[str], admin: bool, want: list[str] | None
+) -> None:
+    """Upstream's partitionable devices: what devices consume of their pool's counters
+    may not exceed them, counting devices already allocated."""
+    found = allocate(
+        [claim(*requests)],
+        node_name=NODE,
+        slices=counter_pool([WHOLE, HALF_A, HALF_B]),
+        classes=CLASSES,
+        allocated={(DRIVER, NODE, name) for name in held},
+        allow_admin_access=admin,
+    )
+    if want is None:
+        assert isinstance(found, Unallocatable)
+        return
+    assert isinstance(found, Allocation)
+    assert sorted(r["device"] for r in found.allocations[0]["devices"]["results"]) == want
+
+
+def test_a_counter_set_the_pool_lacks_makes_devices_unallocatable() -> None:
+    orphan = partition("orphan", "10Gi", counter_set="missing")
+    found = allocate(
+        [claim(exactly("r"))],
+        node_name=NODE,
+        slices=counter_pool([orphan]),
+        classes=CLASSES,
+    )
+    assert isinstance(found, Unallocatable)

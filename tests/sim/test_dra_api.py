@@ -181,6 +181,79 @@ CLAIM_INVALID = [
         "than 10240 bytes",
         id="cel-too-long",
     ),
+    # CEL selectors are compiled at create, as the real server does (gpusched.dra.cel)
+    pytest.param(
+        [request(selectors=[{"cel": {"expression": "device.driver =="}}])],
+        {},
+        "spec.devices.requests[0].exactly.selectors[0].cel.expression: Invalid value: "
+        '"device.driver ==": compilation failed: syntax error at line 1, column 15',
+        id="cel-syntax",
+    ),
+    pytest.param(
+        [request(selectors=[{"cel": {"expression": "device.attributes['x'].y.lenght() > 1"}}])],
+        {},
+        "spec.devices.requests[0].exactly.selectors[0].cel.expression: Invalid value: "
+        "\"device.attributes['x'].y.lenght() > 1\": compilation failed: undeclared reference "
+        "to 'lenght' (in container '')",
+        id="cel-undeclared-function",
+    ),
+    pytest.param(
+        [
+            {
+                "name": "gpu",
+                "firstAvailable": [
+                    {
+                        "name": "a",
+                        "deviceClassName": "x",
+                        "selectors": [{"cel": {"expression": "1"}}],
+                    }
+                ],
+            }
+        ],
+        {},
+        "spec.devices.requests[0].firstAvailable[0].selectors[0].cel.expression: Invalid value: "
+        '"1": must evaluate to bool or the unknown type, not int',
+        id="cel-not-bool-in-subrequest",
+    ),
+    pytest.param(
+        [
+            request(
+                selectors=[
+                    {
+                        "cel": {
+                            "expression": "[{l}].all(a, [{l}].all(b, [{l}].all(c, a == b)))".format(
+                                l=",".join(["1"] * 100)
+                            )
+                        }
+                    }
+                ]
+            )
+        ],
+        {},
+        "spec.devices.requests[0].exactly.selectors[0].cel.expression: Forbidden: too complex, "
+        "exceeds cost limit",
+        id="cel-too-expensive",
+    ),
+    pytest.param(
+        [
+            request(
+                selectors=[
+                    {
+                        "cel": {
+                            "expression": "device.attributes['gpu.nvidia.com'].?productName"
+                            ".orValue('').lowerAscii().contains('h100') && device.capacity["
+                            "'gpu.nvidia.com'].memory.isGreaterThan(quantity('40Gi')) && "
+                            "device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan("
+                            "semver('550.0.0'))"
+                        }
+                    }
+                ]
+            )
+        ],
+        {},
+        None,
+        id="cel-upstream-libraries-ok",
+    ),
     pytest.param(
         [{"name": "gpu", "firstAvailable": [{"name": "a", "deviceClassName": "x", "count": 0}]}],
         {},
@@ -425,6 +498,16 @@ async def test_device_class_generation_and_validation(kube: Kube) -> None:
     assert str(err).endswith(
         "[spec.selectors[0].cel: Required value, spec.config[0].opaque: Required value]"
     )
+    # selectors are compiled on create, and on update when they change
+    typo = {"metadata": {"name": "y"}, "spec": {"selectors": [{"cel": {"expression": "dev"}}]}}
+    err = await failure(kube.create(CLASSES, typo))
+    assert err.code == 422
+    assert str(err).endswith(
+        'spec.selectors[0].cel.expression: Invalid value: "dev": compilation failed: '
+        "undeclared reference to 'dev' (in container '')"
+    )
+    err = await failure(kube.replace(f"{CLASSES}/gpu.nvidia.com", dict(updated, spec=typo["spec"])))
+    assert "undeclared reference to 'dev'" in str(err)
 
 
 # ----------------------------------------------------------------------------- slices

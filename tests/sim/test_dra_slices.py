@@ -11,11 +11,15 @@ from typing import Any
 
 import pytest
 
+from gpusched.dra import Allocation, allocate
 from gpusched.sim import SimCluster
 from gpusched.sim.fleet import apply_fleet, build_fleet, load_cluster_spec
 from gpusched.sim.resource_slices import (
     DEVICE_CLASSES,
     DRIVER,
+    PCI_BUS_ID,
+    PCIE_ROOT,
+    pcie_roots,
     product_info,
     resource_slice,
     slice_name,
@@ -38,17 +42,20 @@ def test_whole_gpus_as_the_driver_names_them() -> None:
     assert spec["nodeName"] == inv.node_name
     assert spec["pool"] == {"name": inv.node_name, "generation": 1, "resourceSliceCount": 1}
     assert [d["name"] for d in spec["devices"]] == [f"gpu-{i}" for i in range(8)]
+    roots = pcie_roots(inv)
     for gpu, dev in zip(inv.gpus, spec["devices"], strict=True):
+        # as the driver's GpuInfo.Attributes today: no index or minor, the standard PCI ones
         assert dev["attributes"] == {
             "architecture": {"string": "Hopper"},
             "brand": {"string": "Nvidia"},
             "cudaComputeCapability": {"version": "9.0.0"},
             "cudaDriverVersion": {"version": "12.4.0"},
             "driverVersion": {"version": "550.127.5"},
-            "index": {"int": gpu.index},
-            "minor": {"int": gpu.index},
-            "pcieBusID": {"string": gpu.pci_bus_id.lower()},
             "productName": {"string": "NVIDIA H100 80GB HBM3"},
+            "resource.kubernetes.io/pciBusID": {
+                "string": gpu.pci_bus_id.lower().removeprefix("0000")
+            },
+            "resource.kubernetes.io/pcieRoot": {"string": roots[gpu.index]},
             "type": {"string": "gpu"},
             "uuid": {"string": gpu.uuid},
         }
@@ -69,10 +76,10 @@ def test_mig_devices_replace_their_gpu() -> None:
         assert attrs["type"] == {"string": "mig"}
         assert attrs["uuid"] == {"string": mig.uuid}
         assert attrs["parentUUID"] == {"string": gpu.uuid}
-        # as k8s-dra-driver-gpu's MigDeviceInfo.GetDevice: its own index, its GPU's, no minor
-        assert attrs["index"] == {"int": gpu.mig_devices.index(mig)}
-        assert attrs["parentIndex"] == {"int": gpu.index}
-        assert "minor" not in attrs
+        # as k8s-dra-driver-gpu's CommonAttributesMig: the GPU's PCI attributes, no index
+        assert attrs[PCI_BUS_ID] == {"string": gpu.pci_bus_id.lower().removeprefix("0000")}
+        assert attrs[PCIE_ROOT] == {"string": pcie_roots(inv)[gpu.index]}
+        assert not {"index", "minor", "parentIndex"} & set(attrs)
         assert attrs["profile"] == {"string": mig.profile}
         slices = {f"memorySlice{i}" for i in range(mig.placement_start, mig.placement_end)}
         assert set(dev["capacity"]) == {"memory", *slices}
@@ -139,3 +146,62 @@ async def test_no_dra_no_slices() -> None:
     async with SimCluster(load_cluster_spec("dgx-h100", nodes=2), kubelets=False) as sim:
         assert (await sim.kube.get(SLICES))["items"] == []
         assert (await sim.kube.get(CLASSES))["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("cluster", "roots"),
+    [
+        # DGX H100: every GPU on its own root complex (NODE / SYS between them)
+        ("dgx-h100", 8),
+        # DGX-1V: two PCIe trees of four GPUs (PIX / PHB inside, SYS across)
+        ("dgx-v100", 2),
+        ("mig-medium", 2),
+    ],
+)
+def test_pcie_roots_follow_the_pcie_levels(cluster: str, roots: int) -> None:
+    inv = inventories(cluster)[0]
+    found = pcie_roots(inv)
+    assert sorted(found) == [g.index for g in inv.gpus]
+    assert len(set(found.values())) == roots
+    for link in inv.links:
+        same = link.pcie in ("PIX", "PXB", "PHB")
+        assert (found[link.a] == found[link.b]) is same, link
+    for root in found.values():
+        domain, bus = root.removeprefix("pci").split(":")
+        assert len(domain) == 4
+        assert len(bus) == 2
+
+
+def test_match_attribute_pcie_root_keeps_devices_on_one_root() -> None:
+    """``matchAttribute: resource.kubernetes.io/pcieRoot`` over the published slice: with
+    three GPUs of the first tree taken, two GPUs come from the second tree."""
+    inv = inventories("dgx-v100")[0]
+    body = resource_slice(inv)
+    classes = {c["metadata"]["name"]: c for c in DEVICE_CLASSES}
+    claim = {
+        "metadata": {"name": "c", "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "r", "exactly": {"deviceClassName": DRIVER, "count": 2}}],
+                "constraints": [{"matchAttribute": PCIE_ROOT}],
+            }
+        },
+    }
+    taken = {(DRIVER, inv.node_name, f"gpu-{i}") for i in (0, 1, 2)}
+    found = allocate(
+        [claim],
+        node_name=inv.node_name,
+        slices=[body],
+        classes=classes,
+        allocated=taken,
+        inventory=inv,  # devices map to GPUs by uuid (the driver publishes no index)
+    )
+    assert isinstance(found, Allocation)
+    chosen = sorted(
+        int(r["device"].removeprefix("gpu-")) for r in found.allocations[0]["devices"]["results"]
+    )
+    roots = pcie_roots(inv)
+    assert len({roots[i] for i in chosen}) == 1
+    assert all(i >= 4 for i in chosen)
+    [link] = [x for x in inv.links if sorted((x.a, x.b)) == chosen]
+    assert link.nvlinks == max(x.nvlinks for x in inv.links if x.a >= 4 and x.b >= 4)
