@@ -188,3 +188,37 @@ def test_device_plugin_benchmark_admits_every_pod(tmp_path: Path) -> None:
     for case in cases:
         assert case["api_requests_per_admission"] == 3.0
         assert isinstance(case["ms_per_admission"], float)
+
+
+CLAIMS = Path(__file__).resolve().parent.parent / "benchmarks" / "claims.py"
+
+
+def test_claims_benchmark_measures_each_form_with_its_claim_written(tmp_path: Path) -> None:
+    """A tiny run of benchmarks/claims.py: plain and GpuClaim pods all bound with their claim's
+    status; a GpuClaim pod's claim writes (status, finalizer); the DRA row until its plugin."""
+    from gpusched.sim.run import dra_plugin_registered
+
+    spec = importlib.util.spec_from_file_location("claims_bench", CLAIMS)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "claims.json"
+    module.main(["--nodes", "6", "--pods", "12", "--warmup", "2", "--json", str(out)])
+    rows = {r["form"]: r for r in json.loads(out.read_text())["forms"]}
+    assert list(rows) == ["plain", "gpuclaim", "dra"]
+    measured = [rows["plain"], rows["gpuclaim"]]
+    if dra_plugin_registered():
+        measured.append(rows["dra"])
+    else:
+        assert rows["dra"]["skipped"] == "DynamicResources plugin not registered"
+    for row in measured:
+        assert row["complete"]
+        assert row["bound"] == 12
+        assert row["writes_per_pod_by_kind"]["binding"] == 1.0
+        assert row["writes_per_pod_by_kind"]["event"] >= 1.0  # DRA: a FailedScheduling too
+        for name in ("pods_per_s", "pods_per_s_complete", "latency_p99_s", "writes_per_pod"):
+            assert isinstance(row[name], float)
+    assert rows["plain"]["claim_writes_per_pod"] == 0.0
+    assert rows["gpuclaim"]["with_claim_status"] == 12
+    assert rows["gpuclaim"]["claim_writes_per_pod"] >= 2.0  # status, then the in-use finalizer

@@ -13,6 +13,17 @@ scheduler's memory), against the fleet's inventories. Each device in ``gpusched.
 devices' whole memory. The summary gives the peak over the run, sampled whenever the watch
 delivers a change (O(pods) a sample, like the GPU utilisation), and how many pods of each
 shape (shared, exclusive, MIG, whole) were bound on that kind.
+
+Claims (a wave with ``claim:``, :mod:`gpusched.sim.workload`): the run creates each pod's
+GpuClaim or its wave's ResourceClaimTemplate before the pod, publishes the fleet for DRA
+(``ClusterSpec.dra``) when a wave asks for ResourceClaims, and runs the simulated resourceclaim
+controller (which makes each DRA pod's claim and deletes it once the pod is done). It deletes
+a GpuClaim once its pod has finished (the scheduler's in-use finalizer holds the deletion
+until the claim is Released). Two more watches (GpuClaims, ResourceClaims of the workload)
+tell the summary, per kind, how many claim pods bound and how many got their claim allocated
+to them (GpuClaim ``status.phase: Allocated`` naming the pod; ResourceClaim
+``status.allocation`` and ``reservedFor`` the pod); a DRA pod's GPUs count towards utilisation
+from its claim's allocation.
 """
 
 from __future__ import annotations
@@ -28,17 +39,51 @@ from typing import Any, TextIO
 
 from gpusched.annotations import AnnotationError, parse_assignment
 from gpusched.clock import RealClock
+from gpusched.framework import default_config, default_registry
+from gpusched.gpu_requests import gpuclaim
 from gpusched.gpu_requests.native import EXCLUSIVE, RESOURCE_SHARED_GPU
 from gpusched.kube.client import Kube, resource_path
-from gpusched.kube.errors import APIConflict
+from gpusched.kube.errors import APIConflict, APINotFound
+from gpusched.kube.reflector import Handler, Reflector
 from gpusched.priority import pod_priority
 from gpusched.scheduler import Scheduler
 from gpusched.sim.cluster import SimCluster
 from gpusched.sim.fleet import ClusterSpec, SimNode, build_fleet
-from gpusched.sim.workload import Workload, replay
+from gpusched.sim.workload import (
+    WAVE_LABEL,
+    WORKLOAD_LABEL,
+    Workload,
+    claim_objects,
+    replay,
+)
 from gpusched.webhook.mutate import MIG_FALLBACK_APPLIED
 
-__all__ = ["RunReport", "format_mib", "pod_shape", "priority_label", "run_workload", "summary"]
+__all__ = [
+    "CLAIM_KIND_NAMES",
+    "DRA_PLUGIN",
+    "RunReport",
+    "dra_plugin_registered",
+    "format_mib",
+    "pod_shape",
+    "priority_label",
+    "run_workload",
+    "summary",
+]
+
+DRA_PLUGIN = "DynamicResources"
+"""kube-scheduler's name for the plugin that allocates a pod's ResourceClaims."""
+CLAIM_KIND_NAMES = {"gpuclaim": "GpuClaim", "dra": "ResourceClaim (DRA)"}
+"""How the summary names the pods of each ``claim:`` kind."""
+
+
+def dra_plugin_registered() -> bool:
+    """Whether the default profile runs :data:`DRA_PLUGIN` (registered and enabled): without
+    it gpusched ignores a pod's ResourceClaims, which no node could then prepare."""
+    if DRA_PLUGIN not in default_registry():
+        return False
+    return any(
+        ref.name == DRA_PLUGIN for ref in default_config().profiles[0].plugins.multi_point.enabled
+    )
 
 
 @dataclass
@@ -66,6 +111,17 @@ class RunReport:
     """GPU product -> most VRAM reserved at once by bound, unfinished pods, MiB."""
     pods_by_product: dict[str, Counter[str]] = field(default_factory=dict)
     """GPU product -> pod shape (:func:`pod_shape`) -> pods bound on it."""
+    claim_pods: Counter[str] = field(default_factory=Counter)
+    """Claim kind (``gpuclaim``, ``dra``) -> the workload's pods of that kind."""
+    claim_bound: Counter[str] = field(default_factory=Counter)
+    """Claim kind -> its pods bound."""
+    claim_allocated: Counter[str] = field(default_factory=Counter)
+    """Claim kind -> its pods whose claim was seen allocated to them (module docstring)."""
+    gpuclaims_deleted: int = 0
+    """GpuClaims the run deleted after their pods finished."""
+    gpuclaims_left: int = 0
+    """The workload's GpuClaims still stored at the end (their pods still run, or a deletion
+    waits on the in-use finalizer)."""
 
     def percentile(self, p: float, latencies: list[float] | None = None) -> float:
         values = self.latencies if latencies is None else latencies
@@ -89,29 +145,118 @@ class _Observer:
     def __init__(self, kube: Kube, workload: Workload, clock: RealClock) -> None:
         self.kube = kube
         self.clock = clock
-        self.selector = f"gpusched.io/workload={workload.name}"
+        self.selector = f"{WORKLOAD_LABEL}={workload.name}"
         self.pods: dict[str, dict[str, Any]] = {}
         self.seen_at: dict[str, float] = {}
         self.bound_at: dict[str, float] = {}
         self.priority: dict[str, str] = {}
         self.preempted: set[str] = set()
         self.changed = asyncio.Event()
+        self.claim_kind = {w.name: w.pod.claim for w in workload.waves if w.pod.claim}
+        """Wave -> its pods' claim kind."""
+        self.allocated: set[str] = set()
+        """Pods (``ns/name``) whose claim was seen allocated to them."""
+        self.dra_devices: dict[str, int] = {}
+        """DRA pod -> devices its claim's allocation holds."""
+        self.gpuclaims = {
+            f"{o['metadata']['namespace']}/{o['metadata']['name']}"
+            for objs in claim_objects(workload).values()
+            for o in objs
+            if o["kind"] == gpuclaim.KIND
+        }
+        """The GpuClaims the run creates (``ns/name``), each deleted once its pod is done."""
+        self.to_delete: asyncio.Queue[str] = asyncio.Queue()
+        self.deleted = 0
 
     async def run(self) -> None:
-        from gpusched.kube.reflector import Reflector
+        watches: list[tuple[str, str, Handler]] = [
+            ("pods", resource_path("", "v1", "pods"), self._on_pod)
+        ]
+        kinds = set(self.claim_kind.values())
+        if "gpuclaim" in kinds:
+            path = resource_path(gpuclaim.GROUP, gpuclaim.VERSION, gpuclaim.PLURAL)
+            watches.append(("gpuclaims", path, self._on_gpuclaim))
+        if "dra" in kinds:
+            path = resource_path("resource.k8s.io", "v1", "resourceclaims")
+            watches.append(("resourceclaims", path, self._on_resourceclaim))
+        reflectors = [
+            Reflector(
+                self.kube, path, handler=handler, label_selector=self.selector, name=f"sim-{name}"
+            )
+            for name, path, handler in watches
+        ]
+        tasks = [asyncio.create_task(r.run(), name=f"sim-run-{r.name}") for r in reflectors]
+        if self.gpuclaims:
+            tasks.append(asyncio.create_task(self._delete_claims(), name="sim-run-gpuclaims"))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-        reflector = Reflector(
-            self.kube,
-            resource_path("", "v1", "pods"),
-            handler=self._on_pod,
-            label_selector=self.selector,
-            name="sim-run",
-        )
-        await reflector.run()
+    def kind_of(self, pod: dict[str, Any]) -> str | None:
+        """The pod's claim kind (``gpuclaim``, ``dra``), from its wave; ``None`` for none."""
+        wave = ((pod.get("metadata") or {}).get("labels") or {}).get(WAVE_LABEL, "")
+        return self.claim_kind.get(wave)
+
+    def _on_gpuclaim(self, kind: str, claim: dict[str, Any], old: dict[str, Any] | None) -> None:
+        status = claim.get("status") or {}
+        if status.get("phase") == "Allocated":
+            ns = claim["metadata"]["namespace"]
+            self.allocated.update(f"{ns}/{pod}" for pod in status.get("pods") or ())
+            self.changed.set()
+
+    def _on_resourceclaim(
+        self, kind: str, claim: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        status = claim.get("status") or {}
+        allocation = status.get("allocation")
+        if not allocation:
+            return
+        ns = claim["metadata"]["namespace"]
+        devices = len((allocation.get("devices") or {}).get("results") or ())
+        for consumer in status.get("reservedFor") or ():
+            if consumer.get("resource") == "pods" and not consumer.get("apiGroup"):
+                key = f"{ns}/{consumer.get('name')}"
+                self.allocated.add(key)
+                self.dra_devices[key] = devices
+        self.changed.set()
+
+    async def _delete_claims(self) -> None:
+        """Delete each GpuClaim the run made once its pod is done (or gone)."""
+        while True:
+            ns, name = (await self.to_delete.get()).split("/", 1)
+            path = resource_path(gpuclaim.GROUP, gpuclaim.VERSION, gpuclaim.PLURAL, ns, name)
+            try:
+                with contextlib.suppress(APINotFound):
+                    await self.kube.delete(path)
+                    self.deleted += 1
+            finally:
+                self.to_delete.task_done()
+
+    async def claims_left(self, wait: float) -> int:
+        """Once every deletion is sent, the workload's GpuClaims still stored after at most
+        ``wait`` seconds (a deleted claim goes when its in-use finalizer does)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.to_delete.join(), timeout=wait)
+        deadline = self.clock.monotonic() + wait
+        path = resource_path(gpuclaim.GROUP, gpuclaim.VERSION, gpuclaim.PLURAL)
+        while True:
+            left = await self.kube.get(path, {"labelSelector": self.selector})
+            if not left["items"] or self.clock.monotonic() >= deadline:
+                return len(left["items"])
+            await self.clock.sleep(0.2)
 
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         now = self.clock.monotonic()
+        phase = (pod.get("status") or {}).get("phase")
+        if kind == "DELETED" or phase in ("Succeeded", "Failed"):
+            claim = f"{pod['metadata']['namespace']}/{gpuclaim.claim_name(pod)}"
+            if claim in self.gpuclaims:
+                self.gpuclaims.discard(claim)
+                self.to_delete.put_nowait(claim)
         self.seen_at.setdefault(key, now)
         if (pod.get("spec") or {}).get("nodeName") and key not in self.bound_at:
             self.bound_at[key] = now
@@ -159,7 +304,25 @@ async def run_workload(
     """
     clock = RealClock()
     report = RunReport()
-    async with SimCluster(spec, clock=clock, webhook=webhook, telemetry=10.0) as sim:
+    kinds = {w.pod.claim for w in workload.waves if w.pod.claim and w.count}
+    if "dra" in kinds and not spec.dra:
+        spec = spec.model_copy(update={"dra": True})
+        print(
+            f"publishing {spec.name}'s GPUs for DRA too (ResourceSlices, DeviceClasses): the "
+            "workload has ResourceClaimTemplate pods",
+            file=out,
+            flush=True,
+        )
+    if "dra" in kinds and not dra_plugin_registered():
+        print(
+            f"note: the {DRA_PLUGIN} plugin is not registered: gpusched ignores the DRA pods' "
+            "ResourceClaims (none is allocated)",
+            file=out,
+            flush=True,
+        )
+    async with SimCluster(
+        spec, clock=clock, webhook=webhook, telemetry=10.0, resource_claims=True
+    ) as sim:
         if sim.webhook is not None:
             print(f"admission webhook at {sim.webhook.url}", file=out, flush=True)
         with contextlib.suppress(APIConflict):  # the webhook's namespace too
@@ -215,6 +378,9 @@ async def run_workload(
                     await asyncio.wait_for(observer.changed.wait(), timeout=0.5)
             report.elapsed = clock.monotonic() - start
             _final(report, observer)
+            _count_claims(report, observer)
+            if report.claim_pods["gpuclaim"]:
+                report.gpuclaims_left = await observer.claims_left(wait=5.0)
             _count_shapes(report, observer, devices)
         finally:
             for t in tasks:
@@ -246,6 +412,9 @@ def _account(report: RunReport, observer: _Observer, pool_of: dict[str, str]) ->
         for container in pod["spec"].get("containers", ()):
             limits = (container.get("resources") or {}).get("limits") or {}
             used[pool] += int(limits.get("nvidia.com/gpu", 0))
+        used[pool] += observer.dra_devices.get(
+            f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", 0
+        )
     for pool, total in report.gpus_by_pool.items():
         report.gpu_seconds_total[pool] = report.gpu_seconds_total.get(pool, 0.0) + total * dt
         report.gpu_seconds_used[pool] = report.gpu_seconds_used.get(pool, 0.0) + used[pool] * dt
@@ -309,7 +478,7 @@ def _account_vram(report: RunReport, observer: _Observer, devices: _Devices) -> 
 
 def pod_shape(pod: dict[str, Any]) -> str:
     """How the pod asks for GPUs (README's pod API table): ``"MIG"``, ``"exclusive"``,
-    ``"shared"``, ``"whole"``, or ``""`` for none of these."""
+    ``"shared"``, ``"whole"``, ``"DRA"`` (ResourceClaims alone), or ``""`` for none of these."""
     limits: dict[str, Any] = {}
     for container in pod["spec"].get("containers", ()):
         limits.update((container.get("resources") or {}).get("limits") or {})
@@ -320,7 +489,7 @@ def pod_shape(pod: dict[str, Any]) -> str:
         return "exclusive" if annotations.get(EXCLUSIVE, "").lower() == "true" else "shared"
     if "nvidia.com/gpu" in limits:
         return "whole"
-    return ""
+    return "DRA" if pod["spec"].get("resourceClaims") else ""
 
 
 def _count_shapes(report: RunReport, observer: _Observer, devices: _Devices) -> None:
@@ -330,6 +499,41 @@ def _count_shapes(report: RunReport, observer: _Observer, devices: _Devices) -> 
         if shape and placed:
             product = placed[0][0]
             report.pods_by_product.setdefault(product, Counter())[shape] += 1
+
+
+def _count_claims(report: RunReport, observer: _Observer) -> None:
+    for key, pod in observer.pods.items():
+        kind = observer.kind_of(pod)
+        if kind is None:
+            continue
+        report.claim_pods[kind] += 1
+        report.claim_bound[kind] += key in observer.bound_at
+        report.claim_allocated[kind] += key in observer.allocated
+    report.gpuclaims_deleted = observer.deleted
+
+
+def _claim_lines(report: RunReport) -> list[str]:
+    lines = []
+    for kind, name in CLAIM_KIND_NAMES.items():
+        pods = report.claim_pods[kind]
+        if not pods:
+            continue
+        line = (
+            f"  {name} pods: {report.claim_bound[kind]} of {pods} bound, "
+            f"{report.claim_allocated[kind]} with their claim allocated to them"
+        )
+        if kind == "gpuclaim":
+            line += (
+                f"; {report.gpuclaims_deleted} GpuClaims deleted after their pods finished, "
+                f"{report.gpuclaims_left} left"
+            )
+        elif not dra_plugin_registered():
+            line += (
+                f" ({DRA_PLUGIN} plugin not registered: gpusched ignores ResourceClaims, and a "
+                "real node would not start a pod whose claim is not allocated)"
+            )
+        lines.append(line)
+    return lines
 
 
 def format_mib(mib: float) -> str:
@@ -419,13 +623,14 @@ def summary(report: RunReport, spec: ClusterSpec, workload: Workload) -> str:
         shapes = report.pods_by_product.get(product, Counter())
         pods = ", ".join(
             f"{shapes[s]} {s} pod{'s' if shapes[s] != 1 else ''}"
-            for s in ("shared", "exclusive", "MIG", "whole")
+            for s in ("shared", "exclusive", "MIG", "whole", "DRA")
             if shapes[s]
         )
         lines.append(
             f"  VRAM, {product}: {format_mib(peak)} of {format_mib(total)} reserved at peak "
             f"({100 * peak / total:.0f}%)" + (f", {pods}" if pods else ", no pods")
         )
+    lines.extend(_claim_lines(report))
     for change, count in sorted(report.mig_fallbacks.items()):
         lines.append(f"  MIG fallback at admission: {count} pod(s) {change}")
     if report.pending:

@@ -32,6 +32,16 @@ A pod template asks for GPUs in one of the four shapes of README's pod API table
     {vram: 40Gi, exclusive: true}              the above + annotation gpusched.io/exclusive
     {mig: 2g.20gb, migFallback: [1g.10gb]}     nvidia.com/mig-2g.20gb: 1 + gpusched.io/mig-fallback
 
+Or through a claim object, which ``replay`` creates first (labelled with workload and wave)::
+
+    {gpus: 2, claim: gpuclaim}   a GpuClaim per pod, named as the pod, count 2, that the pod's
+                                 gpu.scheduling/claim names; the pod asks nvidia.com/gpu: 2 too
+                                 (vram: a Shared claim; mig: its migProfile; contiguous,
+                                 topologyMode, minBandwidthGBps: its topology)
+    {gpus: 2, claim: dra}        a ResourceClaimTemplate per wave (exactly 2 of DeviceClass
+                                 gpu.nvidia.com) named in the pod's spec.resourceClaims; no
+                                 device resource: the claim is the whole ask
+
 Why the template and not raw limits: a typo in a limit would create pods the scheduler
 rejects at run time, far from the file; the template is checked when the workload loads (one
 shape per pod, VRAM a quantity, profiles spelled as the device plugin spells them), with
@@ -45,13 +55,14 @@ import os
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpusched.annotations import PRIORITY
 from gpusched.clock import Clock
+from gpusched.gpu_requests import gpuclaim
 from gpusched.gpu_requests._common import parse_mib_quantity, parse_profile
 from gpusched.gpu_requests.native import (
     EXCLUSIVE,
@@ -63,21 +74,37 @@ from gpusched.inventory import mig_resource_name
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIConflict
 from gpusched.sim.kubelet import DURATION_ANNOTATION, parse_duration
+from gpusched.sim.resource_slices import DEVICE_CLASSES
 
 POD_GROUP_GROUP: Final = "scheduling.x-k8s.io"
 """scheduler-plugins' PodGroup API group (its CRD ships in ``deploy/crds/``)."""
 POD_GROUP_LABEL: Final = f"{POD_GROUP_GROUP}/pod-group"
 """The pod label naming its scheduler-plugins PodGroup."""
+CLAIM_KINDS: Final = ("gpuclaim", "dra")
+"""``claim:`` values: a GpuClaim per pod, or a ResourceClaimTemplate per wave (DRA)."""
+DRA_DEVICE_CLASS: Final = str(DEVICE_CLASSES[0]["metadata"]["name"])
+"""The DeviceClass of whole GPUs that NVIDIA's DRA driver installs (``gpu.nvidia.com``)."""
+DRA_CLAIM_NAME: Final = "gpus"
+"""The entry of a DRA pod's ``spec.resourceClaims`` (and its container's ``resources.claims``)."""
+WORKLOAD_LABEL: Final = "gpusched.io/workload"
+WAVE_LABEL: Final = "gpusched.io/wave"
 
 __all__ = [
+    "CLAIM_KINDS",
+    "DRA_CLAIM_NAME",
+    "DRA_DEVICE_CLASS",
     "POD_GROUP_GROUP",
     "POD_GROUP_LABEL",
+    "WAVE_LABEL",
+    "WORKLOAD_LABEL",
     "PodTemplate",
     "Wave",
     "Workload",
     "WorkloadError",
     "arrivals",
+    "claim_objects",
     "load_workload",
+    "object_path",
     "pod_groups",
     "replay",
     "shipped_workloads",
@@ -118,6 +145,27 @@ class PodTemplate(_Model):
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     image: str = "registry.k8s.io/pause:3.10"
+    claim: Literal["gpuclaim", "dra"] | None = None
+    """Take the GPUs through a claim object: ``gpuclaim`` (a GpuClaim per pod) or ``dra`` (a
+    ResourceClaimTemplate per wave); absent: the pod's resources alone."""
+    contiguous: bool = False
+    """GpuClaim ``spec.devices.policy: contiguous`` (the GPUs joined over NVLinks)."""
+    topology_mode: Literal["Required", "Preferred"] | None = Field(
+        default=None, alias="topologyMode"
+    )
+    """GpuClaim ``spec.topology.mode``."""
+    min_bandwidth_gbps: float | None = Field(default=None, gt=0, alias="minBandwidthGBps")
+    """GpuClaim ``spec.topology.minBandwidthGBps``: GB/s between the slowest pair."""
+
+    @field_validator("claim", mode="before")
+    @classmethod
+    def _check_claim(cls, value: Any) -> Any:
+        if value is not None and value not in CLAIM_KINDS:
+            raise ValueError(
+                f"unknown claim kind {value!r}: use gpuclaim (a GpuClaim, gpu.scheduling/v1, "
+                "per pod) or dra (a ResourceClaimTemplate, resource.k8s.io/v1, per wave)"
+            )
+        return value
 
     @field_validator("vram")
     @classmethod
@@ -166,7 +214,58 @@ class PodTemplate(_Model):
             raise ValueError("migFallback needs mig (the preferred profile, e.g. mig: 2g.20gb)")
         if self.mig is not None and self.mig in self.mig_fallback:
             raise ValueError(f"migFallback lists {self.mig}, the preferred profile; remove it")
+        self._check_claim_shape()
         return self
+
+    def _check_claim_shape(self) -> None:
+        topology = [
+            name
+            for name, given in (
+                ("contiguous", self.contiguous),
+                ("topologyMode", self.topology_mode is not None),
+                ("minBandwidthGBps", self.min_bandwidth_gbps is not None),
+            )
+            if given
+        ]
+        if topology and self.claim != "gpuclaim":
+            fix = (
+                "a ResourceClaimTemplate pod has none: drop them"
+                if self.claim == "dra"
+                else "add claim: gpuclaim, or say the same with annotations (docs/gpu_fit.md)"
+            )
+            raise ValueError(f"{', '.join(topology)}: fields of a GpuClaim; {fix}")
+        if self.claim is None:
+            return
+        if self.gpus == 0:
+            raise ValueError(
+                f"claim: {self.claim} with gpus: 0: a claim asks for 1 GPU or more; give "
+                "gpus: N, or drop claim for a pod without GPUs"
+            )
+        if self.claim == "gpuclaim":
+            if self.exclusive:
+                raise ValueError(
+                    "claim: gpuclaim with exclusive: true: a GpuClaim with vram is Shared; for "
+                    "GPUs of its own give gpus: N (an Exclusive claim) instead"
+                )
+            if self.mig_fallback:
+                raise ValueError(
+                    "claim: gpuclaim with migFallback: a claim names one migProfile; drop "
+                    "migFallback"
+                )
+        elif self.vram is not None or self.mig is not None:
+            raise ValueError(
+                f"claim: dra asks for whole GPUs (DeviceClass {DRA_DEVICE_CLASS}): give "
+                "gpus: N, or use claim: gpuclaim for shared GPUs or MIG devices"
+            )
+
+    @property
+    def claim_count(self) -> int:
+        """Devices the claim asks for: GPUs (shared GPUs with ``vram``; 1 MIG device)."""
+        if self.mig is not None:
+            return 1
+        if self.vram is not None:
+            return self.shared or 1
+        return 1 if self.gpus is None else self.gpus
 
     @property
     def kind(self) -> str:
@@ -262,14 +361,8 @@ def load_workload(name_or_path: str | os.PathLike[str]) -> Workload:
     return workload
 
 
-def _manifest(workload: Workload, wave: Wave, index: int) -> dict[str, Any]:
-    t = wave.pod
-    annotations = dict(t.annotations)
-    if t.duration is not None:
-        annotations[DURATION_ANNOTATION] = t.duration
-    if t.priority is not None:
-        annotations[PRIORITY] = str(t.priority)
-    limits: dict[str, str] = {"cpu": t.cpu, "memory": t.memory}
+def _device_resources(t: PodTemplate, limits: dict[str, str], annotations: dict[str, str]) -> None:
+    """Add the template's device resource (and its annotations) to the pod's."""
     if t.mig is not None:
         limits[mig_resource_name(t.mig)] = "1"
         if t.mig_fallback:
@@ -281,31 +374,142 @@ def _manifest(workload: Workload, wave: Wave, index: int) -> dict[str, Any]:
             annotations[EXCLUSIVE] = "true"
     elif t.gpus != 0:
         limits["nvidia.com/gpu"] = str(1 if t.gpus is None else t.gpus)
+
+
+def _manifest(workload: Workload, wave: Wave, index: int) -> dict[str, Any]:
+    t = wave.pod
+    annotations = dict(t.annotations)
+    if t.duration is not None:
+        annotations[DURATION_ANNOTATION] = t.duration
+    if t.priority is not None:
+        annotations[PRIORITY] = str(t.priority)
+    name = f"{workload.name}-{wave.name}-{index:05d}"
+    limits: dict[str, str] = {"cpu": t.cpu, "memory": t.memory}
+    if t.claim == "gpuclaim":
+        annotations[gpuclaim.ANNOTATION] = name  # its GpuClaim is named as the pod
+    if t.claim != "dra":  # a DRA claim is the whole ask: no device resource
+        _device_resources(t, limits, annotations)
     spec: dict[str, Any] = {
         "schedulerName": t.scheduler_name,
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 0,
         "containers": [{"name": "main", "image": t.image, "resources": {"limits": limits}}],
     }
+    if t.claim == "dra":
+        template = _template_name(workload, wave)
+        spec["resourceClaims"] = [{"name": DRA_CLAIM_NAME, "resourceClaimTemplateName": template}]
+        spec["containers"][0]["resources"]["claims"] = [{"name": DRA_CLAIM_NAME}]
     if t.node_selector:
         spec["nodeSelector"] = dict(t.node_selector)
     if t.tolerations:
         spec["tolerations"] = list(t.tolerations)
     group = wave.group_of(workload.name, index)
-    labels = {"gpusched.io/workload": workload.name, "gpusched.io/wave": wave.name}
+    labels = _labels(workload, wave)
     if group is not None:
         labels[POD_GROUP_LABEL] = group
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": f"{workload.name}-{wave.name}-{index:05d}",
+            "name": name,
             "namespace": t.namespace,
             "labels": {**labels, **t.labels},
             "annotations": annotations,
         },
         "spec": spec,
     }
+
+
+def _labels(workload: Workload, wave: Wave) -> dict[str, str]:
+    return {WORKLOAD_LABEL: workload.name, WAVE_LABEL: wave.name}
+
+
+def _template_name(workload: Workload, wave: Wave) -> str:
+    return f"{workload.name}-{wave.name}"
+
+
+def _gpu_claim(workload: Workload, wave: Wave, index: int) -> dict[str, Any]:
+    """The GpuClaim of the wave's pod ``index`` (named as the pod)."""
+    t = wave.pod
+    devices: dict[str, Any] = {"count": t.claim_count}
+    if t.vram is not None:
+        devices.update(exclusivity="Shared", vramPerDevice=t.vram)
+    else:
+        devices["exclusivity"] = "Exclusive"
+    if t.mig is not None:
+        devices["migProfile"] = t.mig
+    if t.contiguous:
+        devices["policy"] = "contiguous"
+    spec: dict[str, Any] = {"devices": devices}
+    topology: dict[str, Any] = {}
+    if t.topology_mode is not None:
+        topology["mode"] = t.topology_mode
+    if t.min_bandwidth_gbps is not None:
+        topology["minBandwidthGBps"] = t.min_bandwidth_gbps
+    if topology:
+        spec["topology"] = topology
+    return {
+        "apiVersion": f"{gpuclaim.GROUP}/{gpuclaim.VERSION}",
+        "kind": gpuclaim.KIND,
+        "metadata": {
+            "name": f"{workload.name}-{wave.name}-{index:05d}",
+            "namespace": t.namespace,
+            "labels": _labels(workload, wave),
+        },
+        "spec": spec,
+    }
+
+
+def _claim_template(workload: Workload, wave: Wave) -> dict[str, Any]:
+    """The wave's ResourceClaimTemplate: ``exactly`` ``claim_count`` GPUs of the driver's
+    whole-GPU DeviceClass; the claims made from it carry the workload's labels."""
+    request = {
+        "name": "gpu",
+        "exactly": {"deviceClassName": DRA_DEVICE_CLASS, "count": wave.pod.claim_count},
+    }
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": _template_name(workload, wave),
+            "namespace": wave.pod.namespace,
+            "labels": _labels(workload, wave),
+        },
+        "spec": {
+            "metadata": {"labels": _labels(workload, wave)},
+            "spec": {"devices": {"requests": [request]}},
+        },
+    }
+
+
+def claim_objects(workload: Workload) -> dict[str, list[dict[str, Any]]]:
+    """Pod name -> the claim objects to create before it: a GpuClaim pod's own claim; a DRA
+    wave's ResourceClaimTemplate before its first pod."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for wave in workload.waves:
+        if wave.pod.claim is None:
+            continue
+        for index in range(wave.count):
+            pod = f"{workload.name}-{wave.name}-{index:05d}"
+            if wave.pod.claim == "gpuclaim":
+                out[pod] = [_gpu_claim(workload, wave, index)]
+            elif index == 0:
+                out[pod] = [_claim_template(workload, wave)]
+    return out
+
+
+_PLURALS: Final = {
+    gpuclaim.KIND: gpuclaim.PLURAL,
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+    "PodGroup": "podgroups",
+}
+"""Kinds :func:`object_path` knows: those :func:`replay` creates besides pods."""
+
+
+def object_path(obj: dict[str, Any], name: str | None = None) -> str:
+    """The collection path of a claim object or PodGroup (with ``name``: the object's)."""
+    group, _, version = str(obj["apiVersion"]).rpartition("/")
+    return resource_path(group, version, _PLURALS[obj["kind"]], obj["metadata"]["namespace"], name)
 
 
 def arrivals(workload: Workload) -> Iterator[tuple[float, dict[str, Any]]]:
@@ -346,11 +550,13 @@ def pod_groups(workload: Workload) -> dict[str, dict[str, Any]]:
 
 async def replay(kube: Kube, workload: Workload, clock: Clock) -> list[dict[str, Any]]:
     """Create the workload's pods at their arrival times (a gang's PodGroup before its first
-    member); returns the pods the server stored."""
+    member, a pod's claim objects before it: :func:`claim_objects`); returns the pods the
+    server stored."""
     start = clock.monotonic()
     created: list[dict[str, Any]] = []
     namespaces: set[str] = set()
     groups = pod_groups(workload)
+    claims = claim_objects(workload)
     for at, pod in arrivals(workload):
         ns = pod["metadata"]["namespace"]
         if ns not in namespaces:
@@ -361,9 +567,10 @@ async def replay(kube: Kube, workload: Workload, clock: Clock) -> list[dict[str,
         group = groups.pop(pod["metadata"]["labels"].get(POD_GROUP_LABEL, ""), None)
         if group is not None:
             with contextlib.suppress(APIConflict):  # left by an earlier run
-                await kube.create(
-                    resource_path(POD_GROUP_GROUP, "v1alpha1", "podgroups", ns), group
-                )
+                await kube.create(object_path(group), group)
+        for obj in claims.pop(pod["metadata"]["name"], ()):
+            with contextlib.suppress(APIConflict):  # left by an earlier run
+                await kube.create(object_path(obj), obj)
         created.append(await kube.create(resource_path("", "v1", "pods", ns), pod))
     return created
 
