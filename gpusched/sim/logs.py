@@ -184,9 +184,9 @@ def waiting_error(pod: Mapping[str, Any], container: str, previous: bool) -> str
     quoted = f'container "{container}" in pod "{pod_name}"'
     cs = _status_of(pod, container)
     if cs is None:
-        if (pod.get("status") or {}).get("phase", "Pending") == "Pending":
-            return f"{quoted} is waiting to start: ContainerCreating"
-        return f"{quoted} is not available"
+        if (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+            return f"{quoted} is not available"
+        cs = {"state": {"waiting": {"reason": "ContainerCreating"}}}
     state = cs.get("state") or {}
     last = (cs.get("lastState") or {}).get("terminated")
     if previous:
