@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from gpusched.annotations import GPU_IDS, GPU_UUIDS, PRIORITY
+from gpusched.annotations import GPU_IDS, PRIORITY
 from gpusched.gangs import scheduler_plugins as podgroups
 from gpusched.gpu_requests import RequestError, read_gpu_request
 from gpusched.gpu_requests.native import (
@@ -265,11 +265,9 @@ def _cleanup_hint(opts: RunOptions) -> str:
 
 
 def _devices(pod: Mapping[str, Any]) -> str:
-    annotations = pod["metadata"].get("annotations") or {}
-    ids, uuids = annotations.get(GPU_IDS), annotations.get(GPU_UUIDS)
-    if not ids:
-        return "no GPU ids annotated"
-    return f"GPUs {ids}" + (f" ({uuids})" if uuids else "")
+    """The GPU indices the binding annotated (their UUIDs: ``gpusched explain``)."""
+    ids = (pod["metadata"].get("annotations") or {}).get(GPU_IDS)
+    return f"GPUs {ids}" if ids else "no GPU ids annotated"
 
 
 def _phase(pod: Mapping[str, Any]) -> str:
@@ -300,6 +298,7 @@ class _Watch:
     last_reason: str = ""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     failure: str = ""
+    events_listed: asyncio.Event = field(default_factory=asyncio.Event)
     scheduled: set[str] = field(default_factory=set)
     """Pods whose Scheduled Event was printed."""
     _said: dict[str, str] = field(default_factory=dict)
@@ -368,6 +367,7 @@ class _Watch:
         return all(_terminated(self.pods.get(n) or {}) is not None for n in self.plan.pod_names)
 
     async def watch_pods(self) -> None:
+        await self.events_listed.wait()  # the Events so far first, then what the pods say
         path = resource_path("", "v1", "pods", self.ns)
         selector = f"{RUN_LABEL}={self.plan.options.name}"
         await self._list_watch(path, {"labelSelector": selector}, self.pod_updated)
@@ -382,9 +382,15 @@ class _Watch:
             if kind != "DELETED":
                 self.event_seen(event)
 
-        await self._list_watch(path, query, seen)
+        await self._list_watch(path, query, seen, self.events_listed)
 
-    async def _list_watch(self, path: str, query: dict[str, str], handle: Any) -> None:
+    async def _list_watch(
+        self,
+        path: str,
+        query: dict[str, str],
+        handle: Any,
+        listed_once: asyncio.Event | None = None,
+    ) -> None:
         """List, then watch from the list's resourceVersion; list again after a 410 or a
         broken stream (what an informer does), backing off on server errors."""
         while True:
@@ -392,6 +398,8 @@ class _Watch:
                 listed = await self.kube.get(path, query)
                 for obj in listed.get("items") or []:
                     handle("ADDED", obj)
+                if listed_once is not None:
+                    listed_once.set()
                 rv = listed["metadata"]["resourceVersion"]
                 while True:
                     watch_query = {**query, "resourceVersion": rv, "allowWatchBookmarks": "true"}
@@ -591,10 +599,12 @@ async def _stream_logs(kube: Kube, state: _Watch, stop: asyncio.Event) -> int:
     async def stream(name: str) -> None:
         path = resource_path("", "v1", "pods", opts.namespace, name, "log")
         prefix = f"[{name}] " if gang else ""
-        with contextlib.suppress(APIError):
+        try:
             async for line in kube.lines(path, {"container": CONTAINER, "follow": "true"}):
                 state.out.write(prefix + line.decode(errors="replace"))
                 state.out.flush()
+        except APIError as exc:  # e.g. no RBAC for pods/log: say so, wait for the end anyway
+            _say(state.out, f"gpusched run: cannot read the log of pod {name}: {exc.message}")
 
     streams = [asyncio.create_task(stream(n), name=f"run-log-{n}") for n in state.plan.pod_names]
     try:

@@ -3,7 +3,7 @@
 The simulation runs no processes, so a container's log is made of lines that say what the
 simulated kubelet reported about it, each stamped with the time of that report:
 
-    [sim] started on node dgx-h100-001 with GPUs 0,1 (GPU-3f2a...,GPU-9c1e...)
+    [sim] started on node dgx-h100-001 with GPUs 0,1
     [sim] command: python train.py --epochs 3
     [sim] exited 0 (Completed)
 
@@ -46,7 +46,6 @@ __all__ = ["LogOptions", "is_log_route", "log_lines", "serve_log", "waiting_erro
 PREFIX = "[sim] "
 """Every synthesised line starts so: nobody should mistake it for a program's output."""
 _GPU_IDS = "gpusched.io/gpu-ids"
-_GPU_UUIDS = "gpusched.io/gpu-uuids"
 
 
 def is_log_route(group: str, plural: str, subresource: str) -> bool:
@@ -225,13 +224,9 @@ def log_lines(pod: Mapping[str, Any], container: str) -> tuple[list[tuple[dateti
     lines: list[tuple[datetime, str]] = []
     if started is not None:
         annotations = pod["metadata"].get("annotations") or {}
-        ids, uuids = annotations.get(_GPU_IDS), annotations.get(_GPU_UUIDS)
+        ids = annotations.get(_GPU_IDS)
         node = (pod.get("spec") or {}).get("nodeName", "")
-        gpus = (
-            f"with GPUs {ids}" + (f" ({uuids})" if uuids else "")
-            if ids
-            else "with no GPUs assigned by gpusched"
-        )
+        gpus = f"with GPUs {ids}" if ids else "with no GPUs assigned by gpusched"
         lines.append((started, f"{PREFIX}started on node {node} {gpus}"))
         spec: Mapping[str, Any] = next(
             (
