@@ -185,7 +185,8 @@ def build_plan(opts: RunOptions) -> Plan:
     if opts.vram is not None:
         limits = {RESOURCE_SHARED_GPU: str(gpus), RESOURCE_VRAM: opts.vram}
         request = (
-            f"{gpus} shared GPU{'s' if gpus > 1 else ''} with {opts.vram} VRAM each, "
+            f"{gpus} shared GPU{'s' if gpus > 1 else ''} with {opts.vram} VRAM"
+            f"{' each' if gpus > 1 else ''}, "
             f"{RESOURCE_SHARED_GPU}: {gpus}"
         )
     else:
