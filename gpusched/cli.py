@@ -277,7 +277,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="another annotation on the pods (repeatable)",
     )
-    runjob.add_argument("-n", "--namespace", default="default")
+    runjob.add_argument(
+        "-n", "--namespace", default=None, help="default: the kubeconfig context's, else default"
+    )
     runjob.add_argument(
         "--timeout", default="30m", help="give up waiting after this long (30m; 0: never)"
     )
@@ -293,7 +295,9 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--name", default=None, help="the run to delete")
     which.add_argument("--all", action="store_true", help="every run")
     where = clean.add_mutually_exclusive_group()
-    where.add_argument("-n", "--namespace", default=None, help="default: default")
+    where.add_argument(
+        "-n", "--namespace", default=None, help="default: the kubeconfig context's, else default"
+    )
     where.add_argument("-A", "--all-namespaces", action="store_true", help="in every namespace")
     clean.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, ~/.kube/config")
     clean.add_argument("--context", default=None)
@@ -863,6 +867,7 @@ async def _run_job(args: argparse.Namespace) -> int:
         RunError,
         RunOptions,
         build_plan,
+        kubeconfig_namespace,
         parse_annotation,
         parse_duration,
         run,
@@ -881,7 +886,7 @@ async def _run_job(args: argparse.Namespace) -> int:
                 gang=args.gang,
                 priority=args.priority,
                 image=args.image or DEFAULT_IMAGE,
-                namespace=args.namespace,
+                namespace=args.namespace or kubeconfig_namespace(args.kubeconfig, args.context),
                 timeout=parse_duration(args.timeout),
                 follow=args.follow,
                 annotations=tuple(parse_annotation(a) for a in args.annotation),
@@ -899,9 +904,11 @@ async def _run_job(args: argparse.Namespace) -> int:
 
 
 async def _cleanup(args: argparse.Namespace) -> int:
-    from gpusched.runner import cleanup
+    from gpusched.runner import cleanup, kubeconfig_namespace
 
-    namespace = None if args.all_namespaces else (args.namespace or "default")
+    namespace = None
+    if not args.all_namespaces:
+        namespace = args.namespace or kubeconfig_namespace(args.kubeconfig, args.context)
     kube = await _connect(args)
     try:
         return await cleanup(kube, None if args.all else args.name, namespace)

@@ -18,6 +18,9 @@ their logs (``pods/log?follow=true``) and exits with the container's exit code. 
 how to clean up (exit 130). Bad options are a :class:`RunError` (the CLI exits 2), found
 before the cluster is contacted.
 
+Permissions (RBAC): create, get, list, watch and delete ``pods`` and ``podgroups``
+(``scheduling.x-k8s.io``), list and watch ``events``, get ``pods/log`` (for ``--follow``).
+
 Costs: one list and one watch each for the run's pods and the namespace's Events (filtered by
 name for a single pod; client-side by uid for a gang), and one log stream per pod.
 """
@@ -31,6 +34,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from kubernetes_asyncio.config import list_kube_config_contexts
 
 from gpusched.annotations import GPU_IDS, PRIORITY
 from gpusched.gangs import scheduler_plugins as podgroups
@@ -57,6 +62,7 @@ __all__ = [
     "RunOptions",
     "build_plan",
     "cleanup",
+    "kubeconfig_namespace",
     "parse_annotation",
     "parse_duration",
     "run",
@@ -95,6 +101,18 @@ def parse_duration(text: str) -> float:
             "1h30m or 250ms (0: no limit)"
         )
     return sum(float(n) * _UNIT[u] for n, u in parts)
+
+
+def kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig's context (``context``, else the current one), as
+    kubectl defaults ``-n``; ``default`` when it names none or cannot be read."""
+    try:
+        contexts, current = list_kube_config_contexts(config_file=kubeconfig)
+    except Exception:  # no file, a broken one: connecting will say so
+        return "default"
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else None
+    entry = (chosen or current or {}).get("context") or {}
+    return str(entry.get("namespace") or "default")
 
 
 def parse_annotation(text: str) -> tuple[str, str]:

@@ -4,13 +4,22 @@ gang, the requests checked by the scheduler's own reader, bad input refused with
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpusched.cli import main
 from gpusched.gpu_requests import read_gpu_request
-from gpusched.runner import DEFAULT_IMAGE, RunError, RunOptions, build_plan, parse_duration
+from gpusched.runner import (
+    DEFAULT_IMAGE,
+    RunError,
+    RunOptions,
+    build_plan,
+    kubeconfig_namespace,
+    parse_duration,
+)
 
 LABELS = {"gpusched.io/run": "job", "app.kubernetes.io/managed-by": "gpusched-run"}
 
@@ -161,3 +170,32 @@ def test_the_command_exits_2_on_bad_input(
     argv = ["run", "--name", "job", "--kubeconfig", "/nonexistent/kc", *args, "--", "true"]
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def _kubeconfig(path: Path, current: str, namespaces: dict[str, str | None]) -> str:
+    contexts = [
+        {"name": n, "context": {"cluster": "c", "user": "u", **({"namespace": ns} if ns else {})}}
+        for n, ns in namespaces.items()
+    ]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": contexts,
+        "current-context": current,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("current", "context", "expected"),
+    [("ml", None, "ml"), ("ml", "team", "team"), ("bare", None, "default"), ("ml", "nope", "ml")],
+)
+def test_the_namespace_defaults_to_the_kubeconfig_contexts(
+    tmp_path: Path, current: str, context: str | None, expected: str
+) -> None:
+    kc = _kubeconfig(tmp_path / "kc", current, {"ml": "ml", "team": "team", "bare": None})
+    assert kubeconfig_namespace(kc, context) == expected
+    assert kubeconfig_namespace(str(tmp_path / "missing"), None) == "default"
