@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -49,7 +49,7 @@ from gpusched.gpu_requests.native import (
 )
 from gpusched.inventory import RESOURCE_GPU
 from gpusched.kube.client import Kube, resource_path
-from gpusched.kube.errors import APIConflict, APIError, APIGone, APINotFound
+from gpusched.kube.errors import APIError, APIForbidden, APIGone, APINotFound
 
 __all__ = [
     "CONTAINER",
@@ -407,7 +407,7 @@ class _Watch:
         self,
         path: str,
         query: dict[str, str],
-        handle: Any,
+        handle: Callable[[str, dict[str, Any]], None],
         listed_once: asyncio.Event | None = None,
     ) -> None:
         """List, then watch from the list's resourceVersion; list again after a 410 or a
@@ -426,16 +426,22 @@ class _Watch:
                         obj = event.get("object") or {}
                         rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
                         if event.get("type") != "BOOKMARK":
-                            handle(event.get("type"), obj)
+                            handle(str(event.get("type")), obj)
             except APIGone:
                 continue
+            except APIForbidden as exc:  # e.g. no RBAC for events: go on without them
+                _say(self.out, f"gpusched run: cannot watch {path}: {exc.message}")
+                if listed_once is not None:
+                    listed_once.set()
+                return
             except APIError:
                 await asyncio.sleep(1.0)
 
 
 async def _create(kube: Kube, plan: Plan, out: TextIO) -> list[dict[str, Any]] | None:
-    """Create the PodGroup, then the pods; on a conflict delete what this run created and say
-    why (None)."""
+    """Create the PodGroup, then the pods: the objects as created. When the server refuses
+    one (a name taken by an object not of this run, a missing CRD, RBAC), delete what this run
+    created, say why, and return None."""
     opts = plan.options
     made: list[tuple[str, dict[str, Any]]] = []
     try:
@@ -449,20 +455,15 @@ async def _create(kube: Kube, plan: Plan, out: TextIO) -> list[dict[str, Any]] |
                 f"podgroup {opts.namespace}/{opts.name} created (minMember {opts.gang}): "
                 f"{opts.gang} pods, each {plan.request}",
             )
-        pods = []
         for pod in plan.pods:
             path = resource_path("", "v1", "pods", opts.namespace)
-            created = await kube.create(path, pod)
-            made.append((path, created))
-            pods.append(created)
+            made.append((path, await kube.create(path, pod)))
             what = "" if plan.pod_group is not None else f": {plan.request}"
             _say(out, f"pod {opts.namespace}/{pod['metadata']['name']} created{what}")
-        return pods
-    except APIConflict as exc:
-        _say(out, f"gpusched run: {exc.message}; nothing of run {opts.name} is left behind")
-    except APINotFound as exc:
-        what = exc.message
-        if plan.pod_group is not None and not made:
+        return [obj for _, obj in made]
+    except APIError as exc:
+        what = exc.message or str(exc)
+        if isinstance(exc, APINotFound) and plan.pod_group is not None and not made:
             what += (
                 " (is scheduler-plugins' PodGroup CRD, podgroups.scheduling.x-k8s.io, installed?)"
             )
@@ -470,6 +471,8 @@ async def _create(kube: Kube, plan: Plan, out: TextIO) -> list[dict[str, Any]] |
     for path, obj in reversed(made):
         with contextlib.suppress(APIError):
             await kube.delete(f"{path}/{obj['metadata']['name']}")
+    if made:
+        _say(out, f"gpusched run: deleted what run {opts.name} had created")
     return None
 
 
@@ -503,7 +506,11 @@ async def run(
     """Create ``plan``'s objects and follow them as the module docstring says; the exit status."""
     opts = plan.options
     stop = interrupted or asyncio.Event()
-    in_use = await _in_use(kube, opts)
+    try:
+        in_use = await _in_use(kube, opts)
+    except APIError as exc:
+        _say(out, f"gpusched run: cannot list namespace {opts.namespace}: {exc}")
+        return 1
     if in_use:
         _say(
             out,
@@ -519,11 +526,7 @@ async def run(
     if created is None:
         return 1
     state = _Watch(kube, plan, out)
-    state.uids = {p["metadata"]["uid"] for p in created}
-    if plan.pod_group is not None:
-        group = await _get_or_none(kube, opts)
-        if group is not None:
-            state.uids.add(group["metadata"]["uid"])
+    state.uids = {obj["metadata"]["uid"] for obj in created}
     tasks = [
         asyncio.create_task(state.watch_pods(), name="run-pods"),
         asyncio.create_task(state.watch_events(), name="run-events"),
@@ -536,17 +539,7 @@ async def run(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _get_or_none(kube: Kube, opts: RunOptions) -> dict[str, Any] | None:
-    path = resource_path(
-        podgroups.GROUP, podgroups.VERSION, podgroups.PLURAL, opts.namespace, opts.name
-    )
-    with contextlib.suppress(APIError):
-        got: dict[str, Any] = await kube.get(path)
-        return got
-    return None
-
-
-async def _until(state: _Watch, stop: asyncio.Event, done: Any) -> bool:
+async def _until(state: _Watch, stop: asyncio.Event, done: Callable[[], bool]) -> bool:
     """Wait until ``done()`` (True) or ``stop`` is set (False); raises :class:`_Failed`."""
     while True:
         if state.failure:

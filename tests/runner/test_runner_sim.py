@@ -74,6 +74,16 @@ async def _names(sim: SimCluster, path: str) -> list[str]:
     return sorted(o["metadata"]["name"] for o in listed["items"])
 
 
+def _foreign(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod someone else made (another scheduler's: it stays pending)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
+    }
+
+
 def _bound_line(pod: dict[str, Any]) -> str:
     annotations = pod["metadata"]["annotations"]
     return (
@@ -108,14 +118,18 @@ async def test_run_binds_refuses_a_name_in_use_runs_a_gang_and_cleans_up(
     for name in ("team-0", "team-1"):
         assert _bound_line(await sim.kube.get(f"{PODS}/{name}")) in lines
     assert (await sim.kube.get(f"{PODGROUPS}/team"))["spec"]["minMember"] == 2
+    # A name taken by a pod that is not a run's: refused at creation, nothing left behind.
+    await sim.kube.create(PODS, _foreign("clash-1"))
+    code, lines = await gpusched(sim, "run", "--name", "clash", "--gang", "2")
+    assert code == 1
+    assert lines[-2:] == [
+        'gpusched run: pods "clash-1" already exists',
+        "gpusched run: deleted what run clash had created",
+    ]
+    assert await _names(sim, PODGROUPS) == ["team"]
+    assert "clash-0" not in await _names(sim, PODS)
     # cleanup deletes exactly what run labelled: a pod of someone else's survives.
-    other = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "bystander", "labels": {"gpusched.io/run": "hello"}},
-        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
-    }
-    await sim.kube.create(PODS, other)
+    await sim.kube.create(PODS, _foreign("bystander", {"gpusched.io/run": "hello"}))
     code, lines = await gpusched(sim, "cleanup", "--name", "hello")
     assert (code, lines) == (0, ["deleted pod default/hello"])
     code, lines = await gpusched(sim, "cleanup", "--all", "-A")
@@ -126,7 +140,7 @@ async def test_run_binds_refuses_a_name_in_use_runs_a_gang_and_cleans_up(
         "deleted podgroup default/team",
     ]
     assert await _names(sim, PODGROUPS) == []
-    assert "bystander" in await _names(sim, PODS)
+    assert await _names(sim, PODS) == ["bystander", "clash-1"]
     code, lines = await gpusched(sim, "cleanup", "--all")
     assert (code, lines) == (0, ["gpusched cleanup: no runs to delete in namespace default"])
 
