@@ -642,9 +642,11 @@ async def cleanup(
     kube: Kube, name: str | None, namespace: str | None, *, out: TextIO = sys.stdout
 ) -> int:
     """Delete the pods and PodGroups ``gpusched run`` labelled (run ``name``, or all runs when
-    None) in ``namespace`` (every namespace when None); say what went."""
+    None) in ``namespace`` (every namespace when None); say what went. 0, or 1 when the server
+    refused a list or a delete (said, and the rest still tried)."""
     selector = f"{MANAGED_BY}={MANAGER}" + (f",{RUN_LABEL}={name}" if name else "")
     deleted = 0
+    refused = False
     for kind, group, version, plural in _KINDS:
         try:
             listed = await kube.get(
@@ -652,17 +654,25 @@ async def cleanup(
             )
         except APINotFound:
             continue  # PodGroups not served here: nothing of that kind to delete
+        except APIError as exc:
+            _say(out, f"gpusched cleanup: cannot list {plural}: {exc.message or exc}")
+            refused = True
+            continue
         for obj in listed.get("items") or []:
-            meta = obj["metadata"]
-            own = resource_path(group, version, plural, meta.get("namespace"), meta["name"])
+            ns, obj_name = obj["metadata"].get("namespace"), obj["metadata"]["name"]
+            where = f"{ns}/{obj_name}"
             try:
-                await kube.delete(own)
+                await kube.delete(resource_path(group, version, plural, ns, obj_name))
             except APINotFound:
+                continue  # gone meanwhile
+            except APIError as exc:
+                _say(out, f"gpusched cleanup: cannot delete {kind} {where}: {exc.message or exc}")
+                refused = True
                 continue
             deleted += 1
-            _say(out, f"deleted {kind} {meta.get('namespace')}/{meta['name']}")
-    if not deleted:
+            _say(out, f"deleted {kind} {where}")
+    if not deleted and not refused:
         what = f"run {name}" if name else "runs"
         where = f"namespace {namespace}" if namespace else "any namespace"
         _say(out, f"gpusched cleanup: no {what} to delete in {where}")
-    return 0
+    return 1 if refused else 0

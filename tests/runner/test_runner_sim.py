@@ -194,3 +194,56 @@ async def test_follow_timeout_and_ctrl_c(sim: SimCluster) -> None:
         "gpusched cleanup --name waits -n default"
     )
     assert "waits" in await _names(sim, PODS)
+
+
+async def test_cleanup_says_what_the_server_refused(tmp_path: Path) -> None:
+    async with SimCluster(None, kubelets=False) as cluster:
+        kube = cluster.kube
+        labels = {"gpusched.io/run": "x", "app.kubernetes.io/managed-by": "gpusched-run"}
+        await kube.create(PODS, _foreign("x", labels))
+        await kube.create(
+            "/api/v1/namespaces/default/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "bot"}},
+        )
+        rbac = "rbac.authorization.k8s.io"
+        meta = {"name": "list-pods", "namespace": NS}
+        rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+        await kube.create(
+            resource_path(rbac, "v1", "roles", NS),
+            {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": meta, "rules": rules},
+        )
+        await kube.create(
+            resource_path(rbac, "v1", "rolebindings", NS),
+            {
+                "apiVersion": f"{rbac}/v1",
+                "kind": "RoleBinding",
+                "metadata": meta,
+                "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "list-pods"},
+                "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": NS}],
+            },
+        )
+        kc = cluster.write_kubeconfig(
+            tmp_path / "bot", token=cluster.service_account_token(NS, "bot")
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gpusched",
+            "cleanup",
+            "--all",
+            "--kubeconfig",
+            str(kc),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        user = "system:serviceaccount:default:bot"
+        assert proc.returncode == 1
+        assert out.decode().splitlines() == [
+            f'gpusched cleanup: cannot delete pod default/x: pods "x" is forbidden: User "{user}" '
+            'cannot delete resource "pods" in API group "" in the namespace "default"',
+            "gpusched cleanup: cannot list podgroups: podgroups.scheduling.x-k8s.io is "
+            f'forbidden: User "{user}" cannot list resource "podgroups" in API group '
+            '"scheduling.x-k8s.io" in the namespace "default"',
+        ]
+        assert "x" in await _names(cluster, PODS)
