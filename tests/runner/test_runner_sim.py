@@ -171,6 +171,26 @@ async def test_follow_timeout_and_ctrl_c(sim: SimCluster) -> None:
         "[sim] exited 0 (Completed)",
         "gpusched run: container exited 0",
     ]
+    # A gang followed: each pod's log, prefixed by its name.
+    code, lines = await gpusched(
+        sim,
+        "run",
+        "--name",
+        "duo",
+        "--gang",
+        "2",
+        "--annotation",
+        "sim.gpusched.io/duration=1s",
+        "--follow",
+        "--",
+        "echo",
+        "hi",
+    )
+    assert code == 0, lines
+    for name in ("duo-0", "duo-1"):
+        assert f"[{name}] [sim] command: echo hi" in lines
+        assert f"[{name}] [sim] exited 0 (Completed)" in lines
+    assert lines[-1] == "gpusched run: all containers exited 0"
     # A pod no node can take: the scheduler's reason, then what to run, exit 1.
     code, lines = await gpusched(sim, "run", "--name", "big", "--gpus", "64", "--timeout", "3s")
     assert code == 1
