@@ -260,15 +260,19 @@ def _parser() -> argparse.ArgumentParser:
         "the container's exit code. Ctrl-C leaves it running.",
     )
     runjob.add_argument("--name", required=True, help="the run's name (its pod's, or gang's)")
-    runjob.add_argument("--gpus", type=int, default=None, help="GPUs per pod (default 1)")
+    runjob.add_argument(
+        "--gpus", type=int, default=None, metavar="N", help="GPUs per pod (default 1)"
+    )
     runjob.add_argument(
         "--vram", default=None, help="VRAM per GPU, e.g. 16Gi: shared GPUs (default: whole GPUs)"
     )
     runjob.add_argument("--exclusive", action="store_true", help="GPUs nobody else joins")
-    runjob.add_argument("--gpu-ids", default=None, help="these device indices, e.g. 0,2")
+    runjob.add_argument(
+        "--gpu-ids", default=None, metavar="IDS", help="these device indices, e.g. 0,2"
+    )
     runjob.add_argument("--prefer-node", default=None, metavar="NODE", help="a preferred node")
     runjob.add_argument("--gang", type=int, default=None, metavar="N", help="N pods, all or none")
-    runjob.add_argument("--priority", default=None, help="0 (highest) to 4")
+    runjob.add_argument("--priority", default=None, metavar="P", help="0 (highest) to 4")
     runjob.add_argument("--image", default=None, help="container image (a CUDA base image)")
     runjob.add_argument(
         "--annotation",
@@ -281,7 +285,10 @@ def _parser() -> argparse.ArgumentParser:
         "-n", "--namespace", default=None, help="default: the kubeconfig context's, else default"
     )
     runjob.add_argument(
-        "--timeout", default="30m", help="give up waiting after this long (30m; 0: never)"
+        "--timeout",
+        default="30m",
+        metavar="DURATION",
+        help="give up waiting after this long (30m; 0: never)",
     )
     runjob.add_argument(
         "--follow", action="store_true", help="wait until running, stream the log, exit with it"
