@@ -18,7 +18,8 @@ nothing to show (``validateContainerLogStatus``: "container "main" in pod "x" is
 start: ContainerCreating", "... is not available" for a pod the kubelet rejected).
 ``follow=true`` streams: the pod is watched in the registry and each new line is written as
 the kubelet's status patch lands, until the container terminates or the pod is deleted.
-RBAC sees ``pods/log`` as a subresource (``gpusched.sim.rbac.request_info``), as upstream.
+RBAC sees ``pods/log`` as a subresource (``gpusched.sim.rbac.request_info``), and discovery
+lists it (``get``), as upstream.
 
 Cost: one registry read per request, and for ``follow`` one registry watcher (filtered by
 name) held for the stream's life.
@@ -41,7 +42,14 @@ from gpusched.sim import errors
 from gpusched.sim import field as fieldlib
 from gpusched.sim.registry import Registry, Resource
 
-__all__ = ["LogOptions", "is_log_route", "log_lines", "serve_log", "waiting_error"]
+__all__ = [
+    "LogOptions",
+    "is_log_route",
+    "log_lines",
+    "serve_log",
+    "waiting_error",
+    "with_log_resource",
+]
 
 PREFIX = "[sim] "
 """Every synthesised line starts so: nobody should mistake it for a program's output."""
@@ -50,6 +58,14 @@ _GPU_IDS = "gpusched.io/gpu-ids"
 
 def is_log_route(group: str, plural: str, subresource: str) -> bool:
     return group == "" and plural == "pods" and subresource == "log"
+
+
+def with_log_resource(listing: dict[str, Any]) -> dict[str, Any]:
+    """``/api/v1``'s APIResourceList (its entries sorted by name, as the real server's) with
+    ``pods/log`` (``get`` only) among them."""
+    entry = {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod"}
+    resources = [*(listing.get("resources") or []), {**entry, "verbs": ["get"]}]
+    return {**listing, "resources": sorted(resources, key=lambda e: str(e["name"]))}
 
 
 @dataclass(frozen=True)

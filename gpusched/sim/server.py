@@ -284,6 +284,8 @@ class APIServer:
                 listing = self.registry.resource_list(route.group, route.version)
                 if listing is None:
                     return _json_response(_NOT_FOUND_PATH, 404)
+                if route.group == "" and route.version == "v1":
+                    listing = logs.with_log_resource(listing)
                 return _json_response(listing)
             lost: list[errors.APIError] = []
             response = await self._resource_request(request, route, lost)

@@ -248,3 +248,17 @@ async def test_kubectl_logs(sim: SimCluster) -> None:
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     assert out.decode() == "[sim] command: python train.py -v\n"
+
+
+async def test_discovery_lists_pods_log() -> None:
+    async with SimCluster(None, kubelets=False) as sim:
+        listing = await sim.kube.get("/api/v1")
+    names = [r["name"] for r in listing["resources"]]
+    assert names == sorted(names)
+    assert {
+        "name": "pods/log",
+        "singularName": "",
+        "namespaced": True,
+        "kind": "Pod",
+        "verbs": ["get"],
+    } in listing["resources"]
