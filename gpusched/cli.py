@@ -21,6 +21,12 @@
                          [-o table|wide|json|yaml] [--watch]
     gpusched explain     [NAMESPACE/]POD [-n NS] [--kubeconfig K] [--config F]
                          [-o table|wide|json|yaml]
+    gpusched run         --name NAME [--gpus N] [--vram 16Gi] [--exclusive] [--gpu-ids 0,2]
+                         [--prefer-node NODE] [--gang N] [--priority P] [--image IMAGE]
+                         [--annotation K=V] [-n NS] [--timeout 30m] [--follow] -- CMD...
+    gpusched cleanup     --name NAME | --all [-n NS | -A]
+
+``gpusched run`` and ``cleanup``: :mod:`gpusched.runner`.
 
 ``gpusched scheduler`` serves ``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``
 on the metrics port. ``/readyz`` is 200 when the replica can do its part: without
@@ -246,6 +252,63 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for the informers (60)"
     )
+    runjob = sub.add_parser(
+        "run",
+        help="run a command on GPUs: create the pod (or gang) for gpusched and follow it",
+        description="Create a pod (or a gang of N pods and their PodGroup) for gpusched, print "
+        "its Events until it is bound (exit 0), or with --follow stream its log and exit with "
+        "the container's exit code. Ctrl-C leaves it running.",
+    )
+    runjob.add_argument("--name", required=True, help="the run's name (its pod's, or gang's)")
+    runjob.add_argument(
+        "--gpus", type=int, default=None, metavar="N", help="GPUs per pod (default 1)"
+    )
+    runjob.add_argument(
+        "--vram", default=None, help="VRAM per GPU, e.g. 16Gi: shared GPUs (default: whole GPUs)"
+    )
+    runjob.add_argument("--exclusive", action="store_true", help="GPUs nobody else joins")
+    runjob.add_argument(
+        "--gpu-ids", default=None, metavar="IDS", help="these device indices, e.g. 0,2"
+    )
+    runjob.add_argument("--prefer-node", default=None, metavar="NODE", help="a preferred node")
+    runjob.add_argument("--gang", type=int, default=None, metavar="N", help="N pods, all or none")
+    runjob.add_argument("--priority", default=None, metavar="P", help="0 (highest) to 4")
+    runjob.add_argument("--image", default=None, help="container image (a CUDA base image)")
+    runjob.add_argument(
+        "--annotation",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another annotation on the pods (repeatable)",
+    )
+    runjob.add_argument(
+        "-n", "--namespace", default=None, help="default: the kubeconfig context's, else default"
+    )
+    runjob.add_argument(
+        "--timeout",
+        default="30m",
+        metavar="DURATION",
+        help="give up waiting after this long (30m; 0: never)",
+    )
+    runjob.add_argument(
+        "--follow", action="store_true", help="wait until running, stream the log, exit with it"
+    )
+    runjob.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, ~/.kube/config")
+    runjob.add_argument("--context", default=None)
+    runjob.add_argument("argv", nargs="*", metavar="-- CMD", help="the command to run")
+
+    clean = sub.add_parser("cleanup", help="delete what `gpusched run` created")
+    which = clean.add_mutually_exclusive_group(required=True)
+    which.add_argument("--name", default=None, help="the run to delete")
+    which.add_argument("--all", action="store_true", help="every run")
+    where = clean.add_mutually_exclusive_group()
+    where.add_argument(
+        "-n", "--namespace", default=None, help="default: the kubeconfig context's, else default"
+    )
+    where.add_argument("-A", "--all-namespaces", action="store_true", help="in every namespace")
+    clean.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, ~/.kube/config")
+    clean.add_argument("--context", default=None)
+
     agent = sub.add_parser("agent", help="the node agent: publish this node's GPUs from NVML")
     agent.add_argument("--node-name", default=None, help="this node's name (default: $NODE_NAME)")
     agent.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
@@ -355,6 +418,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     watch=args.watch,
                 )
             )
+        if args.command == "run":
+            return asyncio.run(_run_job(args))
+        if args.command == "cleanup":
+            return asyncio.run(_cleanup(args))
     except UsageError as exc:
         print(f"gpusched: {exc}", file=sys.stderr)
         return 2
@@ -799,6 +866,61 @@ async def _explain(args: argparse.Namespace) -> int:
     else:
         print(render(explanation, wide=args.output == "wide"), end="")
     return 0
+
+
+async def _run_job(args: argparse.Namespace) -> int:
+    from gpusched.runner import (
+        DEFAULT_IMAGE,
+        RunError,
+        RunOptions,
+        build_plan,
+        kubeconfig_namespace,
+        parse_annotation,
+        parse_duration,
+        run,
+    )
+
+    try:
+        plan = build_plan(
+            RunOptions(
+                name=args.name,
+                command=tuple(args.argv[1:] if args.argv[:1] == ["--"] else args.argv),
+                gpus=args.gpus,
+                vram=args.vram,
+                exclusive=args.exclusive,
+                gpu_ids=args.gpu_ids,
+                prefer_node=args.prefer_node,
+                gang=args.gang,
+                priority=args.priority,
+                image=args.image or DEFAULT_IMAGE,
+                namespace=args.namespace or kubeconfig_namespace(args.kubeconfig, args.context),
+                timeout=parse_duration(args.timeout),
+                follow=args.follow,
+                annotations=tuple(parse_annotation(a) for a in args.annotation),
+            )
+        )
+    except RunError as exc:
+        raise UsageError(f"run: {exc}") from None
+    interrupted = asyncio.Event()  # Ctrl-C: stop watching, leave the run going
+    with _signals_set(interrupted):
+        kube = await _connect(args)
+        try:
+            return await run(kube, plan, interrupted=interrupted)
+        finally:
+            await kube.close()
+
+
+async def _cleanup(args: argparse.Namespace) -> int:
+    from gpusched.runner import cleanup, kubeconfig_namespace
+
+    namespace = None
+    if not args.all_namespaces:
+        namespace = args.namespace or kubeconfig_namespace(args.kubeconfig, args.context)
+    kube = await _connect(args)
+    try:
+        return await cleanup(kube, None if args.all else args.name, namespace)
+    finally:
+        await kube.close()
 
 
 def _record_nvml(args: argparse.Namespace) -> int:

@@ -221,6 +221,29 @@ class Kube:
         finally:
             response.release()
 
+    async def lines(self, path: str, query: Query | None = None) -> AsyncIterator[bytes]:
+        """Yield a plain-text body line by line as it arrives (``pods/log``, ``follow=true``
+        streams until the container ends), each with its newline; raises the ``APIError`` of
+        a failed request."""
+        response = await self._send(
+            "GET", path, query, None, "application/json", aiohttp.ClientTimeout(sock_read=None)
+        )
+        try:
+            if not 200 <= response.status < 300:
+                raise from_response(response.status, await response.read(), response.headers)
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                    raise APIServerError(
+                        0, {"reason": "ConnectionError", "message": str(exc)}
+                    ) from exc
+                if not line:
+                    return
+                yield line
+        finally:
+            response.release()
+
 
 async def connect(
     kubeconfig: str | os.PathLike[str] | None = None,

@@ -2,10 +2,10 @@
 
 Paths, verbs, query parameters, content types and error bodies follow
 k8s.io/apiserver/pkg/endpoints: ``/api/v1/...`` for the core group, ``/apis/GROUP/VERSION/...``
-for the others, ``namespaces/NS/`` for namespaced resources, the ``/status``, ``/binding``
-and ``/eviction`` subresources, ``?watch=true`` (or the legacy ``/watch/`` prefix) for watch
-streams, and discovery at ``/api``, ``/apis``, ``/apis/GROUP``, ``/api/v1`` and
-``/apis/GROUP/VERSION``.
+for the others, ``namespaces/NS/`` for namespaced resources, the ``/status``, ``/binding``,
+``/eviction`` and ``/log`` (``gpusched.sim.logs``) subresources, ``?watch=true`` (or the
+legacy ``/watch/`` prefix) for watch streams, and discovery at ``/api``, ``/apis``,
+``/apis/GROUP``, ``/api/v1`` and ``/apis/GROUP/VERSION``.
 Every request must carry a bearer token (401 otherwise), except the health endpoints: the
 admin token written into the kubeconfig (``system:masters``, allowed everything) or a
 service-account token from ``POST .../serviceaccounts/NAME/token`` (``gpusched.sim.auth``),
@@ -37,7 +37,7 @@ from aiohttp import web
 from multidict import MultiDict
 
 from gpusched import __version__
-from gpusched.sim import errors, openapi, protobuf
+from gpusched.sim import errors, logs, openapi, protobuf
 from gpusched.sim.access import PATH as ACCESS_REVIEWS_PATH
 from gpusched.sim.access import AccessReviews
 from gpusched.sim.admission import Admission
@@ -284,6 +284,8 @@ class APIServer:
                 listing = self.registry.resource_list(route.group, route.version)
                 if listing is None:
                     return _json_response(_NOT_FOUND_PATH, 404)
+                if route.group == "" and route.version == "v1":
+                    listing = logs.with_log_resource(listing)
                 return _json_response(listing)
             lost: list[errors.APIError] = []
             response = await self._resource_request(request, route, lost)
@@ -382,7 +384,8 @@ class APIServer:
             return _json_response(_NOT_FOUND_PATH, 404)
         if route.namespace is not None and not res.namespaced:
             return _json_response(_NOT_FOUND_PATH, 404)
-        if route.subresource and route.subresource not in res.subresources:
+        pod_log = logs.is_log_route(res.group, res.plural, route.subresource)
+        if route.subresource and route.subresource not in res.subresources and not pod_log:
             return _json_response(_NOT_FOUND_PATH, 404)
         ns = route.namespace if res.namespaced else None
         method = request.method
@@ -394,6 +397,11 @@ class APIServer:
         after = self.faults.check(verb, fault_resource, route.name, res.group)
         if after is not None:
             lost.append(after)
+        if pod_log:  # synthesised from the pod's status (gpusched.sim.logs)
+            if method != "GET" or watch:
+                raise errors.method_not_allowed()
+            ns_name = route.namespace or ""
+            return await logs.serve_log(request, registry, res, ns_name, route.name, self._stopping)
         if route.subresource == "binding":
             if method != "POST":
                 raise errors.method_not_allowed()
