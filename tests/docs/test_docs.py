@@ -3,7 +3,8 @@ reads and writes, and the plugin guide's worked example runs.
 
 - Every relative link in ``README.md`` and ``docs/*.md`` names a file that exists, and a
   ``#fragment`` names a heading of that file (GitHub's anchors). Docs that other work in
-  progress is writing (``PENDING``) may be linked before they land.
+  progress is writing (``PENDING``) may be linked before they land. ``docs/README.md``, the
+  index, links every doc.
 - ``docs/reference.md`` names every annotation, label and resource the code defines for pods
   and nodes (``gpusched.annotations``, each request reader's ``ANNOTATIONS`` and
   ``RESOURCES``, the gang readers, the labels the agent writes) and every field of every CRD in
@@ -110,6 +111,14 @@ def test_every_relative_link_resolves(path: Path) -> None:
         if fragment and text_there and fragment not in anchors(text_there):
             broken.append(target)
     assert not broken, f"{path.relative_to(ROOT)}: links that do not resolve: {broken}"
+
+
+def test_the_index_links_every_doc() -> None:
+    index = (DOCS / "README.md").read_text(encoding="utf-8")
+    linked = set(_LINK.findall(index))
+    expected = {p.name for p in DOCS.glob("*.md") if p.name != "README.md"}
+    expected |= {Path(p).name for p in PENDING}
+    assert not expected - linked, f"docs/README.md does not link: {sorted(expected - linked)}"
 
 
 # -- the reference ----------------------------------------------------------------------------
