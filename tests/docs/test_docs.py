@@ -10,13 +10,18 @@ reads and writes, and the plugin guide's worked example runs.
   ``RESOURCES``, the gang readers, the labels the agent writes) and every field of every CRD in
   ``deploy/crds/`` (``crd_fields``, which also printed the tables there).
 - ``docs/operations.md`` names every metric the scheduler, the agent and preflight register.
+- Every whole manifest in the pages written with this test (the README, concepts, reference,
+  operations, migrating) is accepted: custom resources by the simulated API server with strict
+  field validation and then by gpusched's own readers, pods' GPU requests by
+  ``read_gpu_request``, scheduler configurations by ``parse_config``.
 - ``docs/plugins.md``'s "A worked example": its plugin file, registered as one more file of a
   plugins package and enabled by its configuration block, changes where pods go on the
   simulated cluster (the same pods land elsewhere without it), and its entry point block
   names the class.
 
-Cost: the first three read files (well under a second); the worked example runs two
-schedulers against one simulated cluster, a few seconds.
+Cost: the file checks take well under a second; the manifests one simulated API server
+(about a second); the worked example two schedulers on a simulated cluster and a mypy run
+(about 15 s).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from gpusched.agent.main import AgentMetrics
 from gpusched.clock import FakeClock
 from gpusched.framework import SchedulerConfiguration, default_config, in_tree, parse_config
 from gpusched.gangs import kueue, scheduler_plugins, spec, volcano
+from gpusched.gpu_policy.models import parse_policy_object
+from gpusched.gpu_policy.woolyai import parse_woolyai_object
 from gpusched.gpu_requests import gpuclaim, hami, kai, native, nvidia, woolyai
 from gpusched.inventory import (
     LABEL_CUDA_DRIVER_MAJOR,
@@ -57,6 +64,7 @@ from gpusched.inventory import (
     LABEL_MIG_STRATEGY,
 )
 from gpusched.kube.client import Kube, resource_path
+from gpusched.kube.errors import APIConflict, APIError
 from gpusched.metrics import Metrics
 from gpusched.plugins import gpu_cost, gpu_fit
 from gpusched.preflight import Preflight
@@ -361,3 +369,70 @@ def test_the_worked_example_is_clean_code(example_package: str, tmp_path: Path) 
             [sys.executable, "-m", *command], capture_output=True, text=True, check=False
         )
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -- the manifests the docs show --------------------------------------------------------------
+
+WRITTEN_HERE = ("README.md", "concepts.md", "reference.md", "operations.md", "migrating.md")
+"""The pages whose manifests this test checks (the topic docs test their own)."""
+
+
+def manifests() -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(page, object)`` for every whole object (``apiVersion`` and ``kind``) in a YAML block."""
+    for name in WRITTEN_HERE:
+        text = (DOCS / name).read_text(encoding="utf-8")
+        for block in re.findall(r"^```yaml\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE):
+            for obj in yaml.safe_load_all(block):
+                if isinstance(obj, dict) and "apiVersion" in obj and "kind" in obj:
+                    yield name, obj
+
+
+def served_crds() -> dict[tuple[str, str], dict[str, Any]]:
+    """The CRDs of ``deploy/crds`` by ``(apiVersion, kind)``."""
+    out = {}
+    for path in sorted((ROOT / "deploy" / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for version in crd["spec"]["versions"]:
+            out[f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"]] = crd
+    return out
+
+
+async def test_the_manifests_shown_are_accepted(tmp_path: Path) -> None:
+    """Custom resources are created on the simulated API server with strict field validation
+    (an unknown or misspelt field fails), pods' GPU requests read without error, and
+    scheduler configurations parse."""
+    from gpusched.gpu_requests import read_gpu_request
+
+    crds = served_crds()
+    objects = list(manifests())
+    kinds = {(o["apiVersion"], o["kind"]) for _, o in objects}
+    assert ("v1", "Pod") in kinds, kinds
+    assert len(kinds & set(crds)) >= 5, kinds
+    async with SimCluster("dgx-h100", kubelets=False, kubeconfig_path=tmp_path / "kc") as sim:
+        for crd in crds.values():
+            with contextlib.suppress(APIConflict):  # shipped with the simulation already
+                await sim.kube.create(
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd
+                )
+        for page, obj in objects:
+            where = f"{page}: {obj['kind']} {obj.get('metadata', {}).get('name', '')}"
+            if obj["kind"] == "Pod":
+                read_gpu_request(obj)  # raises RequestError naming the field
+            elif obj["kind"] == "SchedulerConfiguration":
+                parse_config(yaml.safe_dump(obj), where)
+            elif (obj["apiVersion"], obj["kind"]) in crds:
+                crd = crds[obj["apiVersion"], obj["kind"]]
+                group, version = obj["apiVersion"].split("/")
+                namespace = "default" if crd["spec"]["scope"] == "Namespaced" else None
+                path = resource_path(group, version, crd["spec"]["names"]["plural"], namespace)
+                try:
+                    stored = await sim.kube.create(path, obj, {"fieldValidation": "Strict"})
+                except APIError as exc:
+                    pytest.fail(f"{where}: {exc}")
+                # ... and gpusched reads it as valid (raises PolicyError / RequestError).
+                if group == "gpusched.io" and obj["kind"] != "GPUNodeInventory":
+                    parse_policy_object(stored)
+                elif group == "woolyai.dev":
+                    parse_woolyai_object(stored)
+                elif obj["kind"] == "GpuClaim":
+                    gpuclaim.partial_from_spec(where, stored["spec"])
