@@ -39,7 +39,6 @@ from typing import Any, TextIO
 
 from gpusched.annotations import AnnotationError, parse_assignment
 from gpusched.clock import RealClock
-from gpusched.framework import default_config, default_registry
 from gpusched.gpu_requests import gpuclaim
 from gpusched.gpu_requests.native import EXCLUSIVE, RESOURCE_SHARED_GPU
 from gpusched.kube.client import Kube, resource_path
@@ -60,9 +59,7 @@ from gpusched.webhook.mutate import MIG_FALLBACK_APPLIED
 
 __all__ = [
     "CLAIM_KIND_NAMES",
-    "DRA_PLUGIN",
     "RunReport",
-    "dra_plugin_registered",
     "format_mib",
     "pod_shape",
     "priority_label",
@@ -70,20 +67,8 @@ __all__ = [
     "summary",
 ]
 
-DRA_PLUGIN = "DynamicResources"
-"""kube-scheduler's name for the plugin that allocates a pod's ResourceClaims."""
 CLAIM_KIND_NAMES = {"gpuclaim": "GpuClaim", "dra": "ResourceClaim (DRA)"}
 """How the summary names the pods of each ``claim:`` kind."""
-
-
-def dra_plugin_registered() -> bool:
-    """Whether the default profile runs :data:`DRA_PLUGIN` (registered and enabled): without
-    it gpusched ignores a pod's ResourceClaims, which no node could then prepare."""
-    if DRA_PLUGIN not in default_registry():
-        return False
-    return any(
-        ref.name == DRA_PLUGIN for ref in default_config().profiles[0].plugins.multi_point.enabled
-    )
 
 
 @dataclass
@@ -313,13 +298,6 @@ async def run_workload(
             file=out,
             flush=True,
         )
-    if "dra" in kinds and not dra_plugin_registered():
-        print(
-            f"note: the {DRA_PLUGIN} plugin is not registered: gpusched ignores the DRA pods' "
-            "ResourceClaims (none is allocated)",
-            file=out,
-            flush=True,
-        )
     async with SimCluster(
         spec, clock=clock, webhook=webhook, telemetry=10.0, resource_claims=True
     ) as sim:
@@ -526,11 +504,6 @@ def _claim_lines(report: RunReport) -> list[str]:
             line += (
                 f"; {report.gpuclaims_deleted} GpuClaims deleted after their pods finished, "
                 f"{report.gpuclaims_left} left"
-            )
-        elif not dra_plugin_registered():
-            line += (
-                f" ({DRA_PLUGIN} plugin not registered: gpusched ignores ResourceClaims, and a "
-                "real node would not start a pod whose claim is not allocated)"
             )
         lines.append(line)
     return lines

@@ -3,9 +3,8 @@
 What a wave's ``claim:`` becomes (the GpuClaim per pod, the ResourceClaimTemplate per wave and
 what the pod says), the messages for bad input (exit status 2 from the command), and a short
 real-clock run of the shipped workload with 3 s pods: the plain and GpuClaim pods bind, each
-GpuClaim's status names its pod, and the run deletes every GpuClaim once its pod is done. DRA
-pods get their claim allocated only with the DynamicResources plugin (helper ``dra``'s); until
-it is registered that test skips, saying so.
+GpuClaim's status names its pod, and the run deletes every GpuClaim once its pod is done; the
+DRA pods bind with their claim allocated by the DynamicResources plugin.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import pytest
 from gpusched.kube.client import Kube
 from gpusched.sim.fleet import load_cluster_spec
 from gpusched.sim.resource_slices import DEVICE_CLASSES
-from gpusched.sim.run import RunReport, dra_plugin_registered, pod_shape, run_workload
+from gpusched.sim.run import RunReport, pod_shape, run_workload
 from gpusched.sim.workload import (
     Workload,
     WorkloadError,
@@ -202,16 +201,9 @@ async def test_a_short_run_binds_plain_and_gpuclaim_pods_and_deletes_the_claims(
     )
     assert line in text
     assert "ResourceClaim (DRA) pods: " in text
-    if not dra_plugin_registered():
-        assert "DynamicResources plugin not registered" in text
 
 
 async def test_dra_pods_bind_with_their_claim_allocated(tmp_path: Path) -> None:
-    if not dra_plugin_registered():
-        pytest.skip(
-            "the DynamicResources plugin is not registered yet (helper dra): gpusched ignores "
-            "ResourceClaims, so DRA pods get no allocation"
-        )
     report, text = await short_run(tmp_path)
     dra = report.claim_pods["dra"]
     assert dra > 0
