@@ -21,8 +21,8 @@ from the manager. So GPUFit places a claim pod as any other; this plugin adds:
   does not exist), every pod event (a pod deleted or finished releases its claim), and a
   background task that writes what those events change (``Released``, no finalizer).
 
-Cost for a pod without a claim: one annotation lookup at PreFilter, SignPod, Reserve and in
-the pod handler. Claim pods are not batched (``sign_pod`` is ``None``).
+Cost for a pod without a claim: one annotation lookup at PreFilter, Reserve and in the pod
+handler. Claim pods are batched as others: the request GPUFit signs carries the claim's fields.
 """
 
 from __future__ import annotations
@@ -110,7 +110,11 @@ class GpuClaims(
         return None, Status.unresolvable(why, plugin=NAME)
 
     def sign_pod(self, pod: Pod) -> Hashable | None:
-        return (NAME,) if gpuclaim.claim_name(pod) is None else None
+        """One fragment for every pod: this plugin decides only at PreFilter (the claim
+        exists, no one else holds it), which runs before a class is looked up; Filter and
+        Score see the claim's fields through the request GPUFit signs. So claim pods whose
+        claims ask the same share a class (and the fast path) with each other."""
+        return (NAME,)
 
     def events_to_register(self) -> list[ClusterEventWithHint]:
         return []  # the manager re-queues the pods it turned away (handle.activate)
