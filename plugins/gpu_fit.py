@@ -138,6 +138,7 @@ from gpusched.gpu_requests import GPURequest as PodRequest
 from gpusched.gpu_requests import RequestError, read_gpu_request
 from gpusched.gpu_requests.native import EXCLUSIVE as EXCLUSIVE_ANNOTATION
 from gpusched.gpu_requests.native import GPU_CLASS as GPU_CLASS_ANNOTATION
+from gpusched.gpu_requests.native import GPU_IDS_REQUEST
 from gpusched.gpu_requests.woolyai import GPU_CLASS as WOOLYAI_GPU_CLASS_ANNOTATION
 from gpusched.inventory import RESOURCE_GPU, GPUNodeInventory, mig_resource_name
 from gpusched.topology import (
@@ -548,16 +549,21 @@ class GPUFit(
             return None, Status.unresolvable(error, plugin=NAME)
         if read is None:
             return None, Status.skip()
-        if read.mode == "whole" and read.gpu_class is not None:
+        if read.mode == "whole" and (read.gpu_class is not None or read.gpu_ids is not None):
             if read.min_bandwidth_gbps is not None or read.contiguous:
+                what = (
+                    f"a {GPU_CLASS_ANNOTATION} yet: remove them, or the class"
+                    if read.gpu_class is not None
+                    else f"{GPU_IDS_REQUEST} (the GPUs are named): remove one or the other"
+                )
                 return None, Status.unresolvable(
-                    f"{MIN_BANDWIDTH_GBPS} and {CONTIGUOUS} do not apply to pods with a "
-                    f"{GPU_CLASS_ANNOTATION} yet: remove them, or the class",
+                    f"{MIN_BANDWIDTH_GBPS} and {CONTIGUOUS} do not apply to pods with {what}",
                     plugin=NAME,
                 )
-            # Whole GPUs of a class: placed as exclusive GPUs of the shared API (idle devices,
-            # all their memory), the path that chooses among the class's devices. Still
-            # booked whole: Reserve marks no shared claim, the cache reads nvidia.com/gpu.
+            # Whole GPUs of a class, or named ones: placed as exclusive GPUs of the shared API
+            # (idle devices, all their memory), the path that chooses among the class's
+            # devices and honours the named ones. Still booked whole: Reserve marks no shared
+            # claim, the cache reads nvidia.com/gpu.
             read = replace(read, mode="shared", exclusive=True)
             self._read_memo = (pod, read, None)
         if read.mode != "whole":

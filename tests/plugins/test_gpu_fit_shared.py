@@ -166,6 +166,24 @@ FILTER_CASES = [
         code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
     ),
     Case(
+        "whole GPUs named by index (nvidia.com/gpu with gpu-ids-request)",
+        make_pod().gpus(1).annotate("gpusched.io/gpu-ids-request", "1"),
+        ids=(1,),
+        vram=(H100_MIB,),
+    ),
+    Case(
+        "a named whole GPU held by another pod",
+        make_pod().gpus(1).annotate("gpusched.io/gpu-ids-request", "1"),
+        [share("a", 1, 1)],
+        reason=REASON_GPU_IDS,
+    ),
+    Case(
+        "a named whole GPU the node lacks",
+        make_pod().gpus(1).annotate("gpusched.io/gpu-ids-request", "5"),
+        reason=REASON_GPU_IDS,
+        code=Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+    ),
+    Case(
         "exclusive: an idle GPU, all its memory",
         make_pod().shared(1, "10Gi").exclusive(),
         [share("a", 0, 1)],
