@@ -10,7 +10,7 @@ writes a claim pod costs. Three forms of the same ask, two H100s (``--gpus``):
 - **dra**: one ResourceClaimTemplate per run (``exactly: {deviceClassName: gpu.nvidia.com,
   count: 2}``); each pod names it in ``spec.resourceClaims``, the simulated resourceclaim
   controller makes the pod's ResourceClaim, and the scheduler must allocate it (kube-scheduler's
-  DynamicResources plugin). Until gpusched registers that plugin the row says so and is not run.
+  DynamicResources plugin, gpusched's too).
 
 One simulated API server in its own process (``scheduler_perf.SimProcess``: ``dgx-h100-dra``
 rescaled to ``--nodes``, ResourceSlices published, no kubelets, every request counted by verb

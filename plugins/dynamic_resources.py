@@ -111,9 +111,11 @@ class DynamicResourcesArgs(PluginArgs):
     them in the pod's ``status.resourceClaimStatuses``, for a cluster where no
     kube-controller-manager does (it does in any real cluster: leave it off there). Needs
     ``create`` on resourceclaims and ``patch`` on pods/status. Default off."""
-    allow_admin_access: bool = Field(default=False)
-    """Allocate requests with ``adminAccess: true`` (upstream allows them in namespaces
-    labelled ``resource.kubernetes.io/admin-access``). Default off: refused."""
+    allow_admin_access: bool = Field(default=True)
+    """Allocate requests with ``adminAccess: true``. The API server admits such a claim only
+    in a namespace labelled ``resource.kubernetes.io/admin-access`` (DRAAdminAccess, beta and
+    on since 1.34), so kube-scheduler allocates whatever was admitted; set ``false`` to refuse
+    them here too."""
 
 
 @dataclass(slots=True)
@@ -126,9 +128,18 @@ class _State:
     allocations: dict[str, Allocation] = field(default_factory=dict)
     """Node -> what Filter allocated there (Reserve takes the chosen node's)."""
     wrote: bool = False
+    chosen: dict[Key, Mapping[str, Any]] = field(default_factory=dict)
+    """Claim -> the allocation Reserve took for it (PreBind writes exactly that)."""
 
     def clone(self) -> _State:
-        return _State(self.claims, self.selectors, self.specs, dict(self.allocations), self.wrote)
+        return _State(
+            self.claims,
+            self.selectors,
+            self.specs,
+            dict(self.allocations),
+            self.wrote,
+            dict(self.chosen),
+        )
 
 
 _STATE: Final = StateKey[_State](NAME)
@@ -288,6 +299,7 @@ class DynamicResources(
         if why is not None:
             return Status.unschedulable(why, plugin=NAME)
         self.manager.reserve(pod, node_name, chosen)
+        data.chosen = dict(chosen)
         self._sync_marks()  # the node's version moved: cached verdicts there are stale
         return SUCCESS
 
@@ -353,9 +365,10 @@ class DynamicResources(
     # -- binding cycle -------------------------------------------------------------------
 
     async def pre_bind(self, state: CycleState, pod: Pod, node_name: str) -> Status:
-        if state.get(_STATE) is None:
+        data = state.get(_STATE)
+        if data is None:
             return SUCCESS
-        why = await self.manager.bind(self.handle.kube, pod, node_name)
+        why = await self.manager.bind(self.handle.kube, pod, node_name, data.chosen)
         self._sync_marks()
         return SUCCESS if why is None else Status.unschedulable(why, plugin=NAME)
 

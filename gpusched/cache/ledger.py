@@ -1022,10 +1022,16 @@ class NodeLedger:
                 return device.index, name, device.memory_mib or 0
         return None
 
-    def held_by_pods(self, uuid: str) -> bool:
+    def held_by_pods(self, uuid: str | int) -> bool:
         """Whether a pod holds the device with this UUID (a GPU: whole, shared or one of its
-        MIG devices; a MIG device: it, or its GPU whole). ``False`` for an unknown UUID.
-        O(MIG devices of one GPU)."""
+        MIG devices; a MIG device: it, or its GPU whole), or the GPU of this index (a node
+        whose inventory names no UUIDs). ``False`` for an unknown one. O(MIG devices of one
+        GPU)."""
+        if isinstance(uuid, int):
+            if not 0 <= uuid < len(self.devices):
+                return False
+            device = self.devices[uuid]
+            return bool(device.holders) or any(m.holder is not None for m in device.mig)
         where = self._mig_index.get(uuid)
         if where is not None:
             device = self.devices[where[0]]

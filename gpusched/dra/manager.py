@@ -206,6 +206,8 @@ class DraManager:
         self._written: dict[str, set[Key]] = {}
         """Pod uid -> claims its PreBind reserved, until the pod is seen bound or released."""
         self._waiting: dict[Key, set[str]] = {}
+        self._unfinalize: set[Key] = set()
+        """Claims this manager deallocated whose finalizer it could not remove yet."""
         """Claim -> pods waiting for it to appear or change."""
         self._waiting_devices: set[str] = set()
         """Pods no node had devices for: retried when devices may be free."""
@@ -234,6 +236,7 @@ class DraManager:
             self.claims.pop(key, None)
             self._index_claim(key, None, prior)
             self._release.pop(key, None)
+            self._unfinalize.discard(key)
             return self._wake(key, freed=True)
         if prior is not None and _rv(obj) >= 0 and _rv(obj) < _rv(prior):
             return []  # older than the copy our own write returned (the assume cache's rule)
@@ -304,8 +307,10 @@ class DraManager:
         gone = kind == "DELETED" or (pod.get("status") or {}).get("phase") in _TERMINAL
         if gone:
             self._waiting_devices.discard(uid)
-            for waiting in self._waiting.values():
-                waiting.discard(uid)
+            for key in [k for k, waiting in self._waiting.items() if uid in waiting]:
+                self._waiting[key].discard(uid)
+                if not self._waiting[key]:
+                    del self._waiting[key]  # a claim that never came leaves nothing behind
             self._pending.pop(uid, None)
             self._written.pop(uid, None)
             keys = self._consumers.get(uid, set())
@@ -413,7 +418,7 @@ class DraManager:
         claims: Iterable[PodClaim],
         node: str,
         *,
-        held_by_pods: Callable[[str], bool] | None = None,
+        held_by_pods: Callable[[str | int], bool] | None = None,
         inventory: GPUNodeInventory | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> Allocation | Unallocatable:
@@ -430,7 +435,7 @@ class DraManager:
             if held_by_pods is None:
                 return False
             known = devices.get(device)
-            return known is not None and isinstance(known.gpu, str) and held_by_pods(known.gpu)
+            return known is not None and known.gpu is not None and held_by_pods(known.gpu)
 
         if len(self.match_cache) > _MATCH_CACHE_MAX:
             self.match_cache.clear()
@@ -486,16 +491,31 @@ class DraManager:
 
     # -- PreBind -------------------------------------------------------------------------
 
-    async def bind(self, kube: Kube, pod: Mapping[str, Any], node: str) -> str | None:
+    async def bind(
+        self,
+        kube: Kube,
+        pod: Mapping[str, Any],
+        node: str,
+        chosen: Mapping[Key, Mapping[str, Any]],
+    ) -> str | None:
         """Write every claim of the pod, placed on ``node`` (module docstring, "The write");
-        ``None`` once all are, else why not (the pod fails PreBind and is retried)."""
+        ``chosen``: the allocations Reserve took for the claims that were not allocated (the
+        cycle's own, not the in-flight map: a foreign allocation drops that entry). ``None``
+        once all are written, else why not (the pod fails PreBind and is retried)."""
         resolved = self.resolve(pod)
         if isinstance(resolved, Refusal):
             return resolved.message
         uid = _uid(pod)
+        self._unrelease(uid)
         for claim in (*resolved.allocated, *resolved.pending):
             flight = self._in_flight.get(claim.key)
-            allocation = flight.allocation if flight is not None and flight.pod_uid == uid else None
+            allocation = chosen.get(claim.key)
+            if allocation is not None and claim.allocation is not None:
+                # Allocated by someone else since this cycle chose (another replica, or
+                # kube-scheduler): its devices are not the ones this pod was given.
+                if flight is not None and flight.pod_uid == uid:
+                    self._drop_in_flight(claim.key)
+                return f'resourceclaim "{claim.key[1]}" got allocated elsewhere in the meantime'
             if allocation is None:
                 if claim.allocation is None:
                     return f'resourceclaim "{claim.key[1]}": no allocation was reserved for the pod'
@@ -555,6 +575,15 @@ class DraManager:
                 return f'resourceclaim "{key[1]}": {exc}'
         return f'resourceclaim "{key[1]}" is being written by others; retried'
 
+    def _unrelease(self, uid: str) -> None:
+        """The pod is being bound again (a retry after Unreserve): a release queued for it
+        and not yet written must not take its claims away (upstream removes the pod from
+        ``reservedFor`` in Unreserve itself, so no such release can linger)."""
+        for key in [k for k, uids in self._release.items() if uid in uids]:
+            self._release[key].discard(uid)
+            if not self._release[key]:
+                del self._release[key]
+
     # -- release (background) ----------------------------------------------------------
 
     async def flush(self, kube: Kube) -> int:
@@ -584,6 +613,7 @@ class DraManager:
         path = claims_path(*key)
         writes = 0
         claim = self.claims.get(key)
+        deallocated = False
         for _ in range(_TRIES):
             if claim is None:
                 return writes
@@ -606,6 +636,7 @@ class DraManager:
                 claim = await kube.replace(f"{path}/status", body)
                 self._store(key, claim)
                 writes += 1
+                deallocated = not kept and deallocate
                 break
             except APIConflict:
                 claim = await kube.get(path)
@@ -614,8 +645,13 @@ class DraManager:
             return writes
         meta = claim.get("metadata") or {}
         status = claim.get("status") or {}
+        # The finalizer goes only from a claim this manager deallocated (or one being deleted):
+        # a claim with no consumer and no allocation may be another writer's, between its
+        # finalizer write and its status write (the order PreBind writes in).
+        ours = deallocated or key in self._unfinalize or bool(meta.get("deletionTimestamp"))
         if (
-            FINALIZER in (meta.get("finalizers") or ())
+            ours
+            and FINALIZER in (meta.get("finalizers") or ())
             and not status.get("reservedFor")
             and status.get("allocation") is None
         ):
@@ -624,9 +660,13 @@ class DraManager:
             try:
                 self._store(key, await kube.replace(path, body))
                 writes += 1
+                self._unfinalize.discard(key)
             except APIConflict:  # changed meanwhile (the controller): judged again then
+                self._unfinalize.add(key)
                 self._release.setdefault(key, set())
                 self._mark()
+        else:
+            self._unfinalize.discard(key)
         return writes
 
     # -- claims from templates (create_claims) -----------------------------------------

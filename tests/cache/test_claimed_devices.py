@@ -71,3 +71,14 @@ def test_the_cache_keeps_marks_for_nodes_to_come_and_versions_move_generations()
     assert info.generation > generation
     assert cache.set_claimed(inv.node_name, {}, 2)  # unmarked: pods waiting may try again
     assert info.ledger.free_gpu_count == 8
+
+
+def test_held_by_pods_answers_by_index_for_gpus_without_uuids() -> None:
+    """DRA devices name GPUs by index where the node's inventory names no UUID: the ledger
+    answers for those too, so a claim never gets a GPU a pod holds there."""
+    inv = inventory()
+    ledger = NodeLedger.from_inventory(inv)
+    ledger.allocate("pod", [1], uuids=[inv.gpus[1].uuid])
+    assert ledger.held_by_pods(1)
+    assert not ledger.held_by_pods(0)
+    assert not ledger.held_by_pods(99)  # no such GPU

@@ -370,8 +370,9 @@ async def test_bind_writes_the_finalizer_then_allocation_and_reservation(kube: K
     created = await create_claim(kube, claim("c", 2))
     p = await create_pod(kube, "p", direct("c"))
     m = manager(created)
-    m.reserve(p, NODE, {(NS, "c"): allocation([0, 1])})
-    assert await m.bind(kube, p, NODE) is None
+    chosen = {(NS, "c"): allocation([0, 1])}
+    m.reserve(p, NODE, chosen)
+    assert await m.bind(kube, p, NODE, chosen) is None
     got = await kube.get(claims_path(NS, "c"))
     assert got["metadata"]["finalizers"] == [FINALIZER]
     assert got["status"]["allocation"] == allocation([0, 1])
@@ -381,7 +382,7 @@ async def test_bind_writes_the_finalizer_then_allocation_and_reservation(kube: K
     assert m.claimed_on(NODE) == {uuid(0): f"{NS}/c", uuid(1): f"{NS}/c"}
     # A second pod sharing the allocated claim is only added to reservedFor.
     q = await create_pod(kube, "q", direct("c"))
-    assert await m.bind(kube, q, NODE) is None
+    assert await m.bind(kube, q, NODE, {}) is None
     got = await kube.get(claims_path(NS, "c"))
     assert [r["name"] for r in got["status"]["reservedFor"]] == ["p", "q"]
     m._check()
@@ -392,9 +393,12 @@ async def test_two_replicas_allocating_one_claim_one_wins(kube: Kube) -> None:
     p = await create_pod(kube, "p", direct("c"))
     q = await create_pod(kube, "q", direct("c"))
     a, b = manager(created), manager(created)
-    a.reserve(p, NODE, {(NS, "c"): allocation([0])})
-    b.reserve(q, NODE, {(NS, "c"): allocation([5])})
-    outcomes = await asyncio.gather(a.bind(kube, p, NODE), b.bind(kube, q, NODE))
+    for m, pod_, gpu in ((a, p, 0), (b, q, 5)):
+        m.reserve(pod_, NODE, {(NS, "c"): allocation([gpu])})
+    outcomes = await asyncio.gather(
+        a.bind(kube, p, NODE, {(NS, "c"): allocation([0])}),
+        b.bind(kube, q, NODE, {(NS, "c"): allocation([5])}),
+    )
     assert sorted(o is None for o in outcomes) == [False, True]
     loser = next(o for o in outcomes if o is not None)
     assert "allocated elsewhere" in loser
@@ -406,8 +410,9 @@ async def test_release_removes_the_pod_deallocates_and_drops_the_finalizer(kube:
     created = await create_claim(kube, claim("c", 1))
     p = await create_pod(kube, "p", direct("c"))
     m = manager(created)
-    m.reserve(p, NODE, {(NS, "c"): allocation([0])})
-    assert await m.bind(kube, p, NODE) is None
+    chosen = {(NS, "c"): allocation([0])}
+    m.reserve(p, NODE, chosen)
+    assert await m.bind(kube, p, NODE, chosen) is None
     m.on_pod("DELETED", p, None)
     assert await m.flush(kube) == 2  # the status (reservedFor, allocation), the finalizer
     got = await kube.get(claims_path(NS, "c"))
@@ -423,13 +428,53 @@ async def test_unreserve_after_prebind_takes_the_pod_out_again(kube: Kube) -> No
     created = await create_claim(kube, claim("c", 1))
     p = await create_pod(kube, "p", direct("c"))
     m = manager(created)
-    m.reserve(p, NODE, {(NS, "c"): allocation([0])})
-    assert await m.bind(kube, p, NODE) is None
+    chosen = {(NS, "c"): allocation([0])}
+    m.reserve(p, NODE, chosen)
+    assert await m.bind(kube, p, NODE, chosen) is None
     m.unreserve(p)
     await m.flush(kube)
     got = await kube.get(claims_path(NS, "c"))
     assert not got["status"].get("reservedFor")
     assert not got["status"].get("allocation")
+
+
+async def test_a_retry_bound_before_the_release_was_written_keeps_its_claim(kube: Kube) -> None:
+    """Unreserve queues the pod's removal; when the pod's retry reaches PreBind first (the
+    claim still reserved for it), the queued release is dropped: its claim stays allocated."""
+    created = await create_claim(kube, claim("c", 1))
+    p = await create_pod(kube, "p", direct("c"))
+    m = manager(created)
+    chosen = {(NS, "c"): allocation([0])}
+    m.reserve(p, NODE, chosen)
+    assert await m.bind(kube, p, NODE, chosen) is None
+    m.unreserve(p)  # Permit rejected it after PreBind, say; the release is not written yet
+    assert await m.bind(kube, p, NODE, {}) is None  # the retry, on the same node
+    await m.flush(kube)
+    got = await kube.get(claims_path(NS, "c"))
+    assert got["status"]["allocation"] == allocation([0])
+    assert [r["name"] for r in got["status"]["reservedFor"]] == ["p"]
+    assert got["metadata"]["finalizers"] == [FINALIZER]
+
+
+async def test_a_claim_allocated_elsewhere_after_reserve_fails_prebind(kube: Kube) -> None:
+    """Another scheduler allocates the claim (for another pod, on the same node) between this
+    pod's Reserve and PreBind: the pod is not bound to devices it was not given."""
+    created = await create_claim(kube, claim("c", 1))
+    p = await create_pod(kube, "p", direct("c"))
+    q = await create_pod(kube, "q", direct("c"))
+    m = manager(created)
+    chosen = {(NS, "c"): allocation([0])}
+    m.reserve(p, NODE, chosen)
+    other = manager(created)  # kube-scheduler, or a second replica
+    other.reserve(q, NODE, {(NS, "c"): allocation([5])})
+    assert await other.bind(kube, q, NODE, {(NS, "c"): allocation([5])}) is None
+    m.on_claim("MODIFIED", await kube.get(claims_path(NS, "c")), created)
+    why = await m.bind(kube, p, NODE, chosen)
+    assert why is not None
+    assert "allocated elsewhere in the meantime" in why
+    got = await kube.get(claims_path(NS, "c"))
+    assert [r["name"] for r in got["status"]["reservedFor"]] == ["q"]
+    assert got["status"]["allocation"] == allocation([5])
 
 
 async def test_create_claims_makes_the_claim_of_a_template_entry(kube: Kube) -> None:
