@@ -13,7 +13,10 @@ nothing). Nothing is reserved, assumed, bound or written.
 same configuration (``--config``), starts only its informers (:meth:`Scheduler.informed`),
 and explains the pod on what they listed. Against a live cluster the answer is "what the
 scheduler would say now"; a pod's last FailedScheduling message may be older (the cluster
-changed since). A bound pod gets its node and devices (its annotations), not a replay.
+changed since). A bound pod gets its node and devices (its annotations), not a replay. One
+difference is known: while a preemption it started is under way (victims terminating), the
+scheduler says "waiting for the pods evicted from node N to go" from its memory, and explain,
+a separate process, says which victims preemption would choose now.
 
 Cost: the informers' LISTs (every node, pod and inventory: the price of a replica's start),
 then O(filter plugins x nodes + score plugins x feasible nodes) for the one pod.
