@@ -414,7 +414,7 @@ def reconcile(
         status["phase"] = PENDING if not jobs else status.get("phase", PENDING)
         status["lastError"] = parsed.message
         condition("SpecValid", False, "InvalidSpec", parsed.message)
-        if not _is_false(old, "SpecValid") or old.get("lastError") != parsed.message:
+        if not _is_false({"status": old}, "SpecValid") or old.get("lastError") != parsed.message:
             plan.events.append(("Warning", "InvalidSpec", parsed.message))
         if not jobs:
             return finish()
@@ -485,6 +485,8 @@ def reconcile(
                 attempts, spec.backoff_seconds, u, settings.jitter, settings.max_backoff
             )
             due = (failed_at or now) + timedelta(seconds=delay)
+            if due.microsecond:  # the status keeps whole seconds: round up
+                due = due.replace(microsecond=0) + timedelta(seconds=1)
         if now < due:
             status["phase"] = PENDING
             status["nextRetryTime"] = _ts(due)
@@ -554,7 +556,7 @@ def _transitions(plan: Plan, old: Mapping[str, Any], new: Mapping[str, Any]) -> 
     if (
         new.get("lastError")
         and new.get("lastError") != old.get("lastError")
-        and not _is_false(new, "SpecValid")
+        and not _is_false({"status": new}, "SpecValid")
     ):
         plan.events.append(("Warning", "AttemptFailed", str(new["lastError"])))
     phase, before = new.get("phase"), old.get("phase")
@@ -562,7 +564,7 @@ def _transitions(plan: Plan, old: Mapping[str, Any], new: Mapping[str, Any]) -> 
         plan.events.append(("Normal", "Succeeded", f"Attempt {attempt} succeeded"))
     if phase == FAILED and before != FAILED:
         plan.failed_reason = "RetriesExhausted"
-        cond = _condition(new, "Failed") or {}
+        cond = _condition({"status": new}, "Failed") or {}
         plan.events.append(("Warning", "RetriesExhausted", str(cond.get("message", ""))))
-    if _is_false(new, "SpecValid") and not _is_false(old, "SpecValid"):
+    if _is_false({"status": new}, "SpecValid") and not _is_false({"status": old}, "SpecValid"):
         plan.failed_reason = plan.failed_reason or "InvalidSpec"
