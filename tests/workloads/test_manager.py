@@ -102,7 +102,7 @@ def crashed(attempt: int) -> dict[str, Any]:
                 ("nvidia-smi",),
                 (),
             ),
-        ),  # fmt: skip
+        ),
         (
             {
                 "modelName": "m",
@@ -115,7 +115,7 @@ def crashed(attempt: int) -> dict[str, Any]:
                 "args": ["--fast"],
             },
             WorkloadSpec("m", 4, 0, "random", 0, 5.0, "img", ("python", "train.py"), ("--fast",)),
-        ),  # fmt: skip
+        ),
         ({"modelName": "m", "priority": "low"}, 2),
         ({"modelName": "m", "priority": "4"}, 4),
     ],
