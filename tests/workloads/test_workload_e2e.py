@@ -23,6 +23,7 @@ from gpusched.clock import FakeClock
 from gpusched.framework.config import parse_config
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APINotFound
+from gpusched.leader import LeaderElectionConfig, LeaderElector
 from gpusched.scheduler import Scheduler
 from gpusched.sim import SimCluster
 from gpusched.workloads import WorkloadController
@@ -129,18 +130,43 @@ def _phase(obj: dict[str, Any]) -> str:
     return str((obj.get("status") or {}).get("phase", ""))
 
 
-@pytest.fixture
-async def world() -> AsyncIterator[World]:
+@contextlib.asynccontextmanager
+async def open_world(shipped_rbac: bool = False) -> AsyncIterator[World]:
+    """The cluster, the scheduler and a controller: the admin's, or (``shipped_rbac``) one on
+    a token of deploy/controller's ServiceAccount, leader elected as deployed."""
     clock = FakeClock()
     async with SimCluster("dgx-h100", clock=clock) as sim:
         kube = sim.kube
         scheduler = Scheduler(
             Kube(sim.api_client()), scheduler_config(), clock=clock, rng=random.Random(1)
         )
-        controller = WorkloadController(Kube(sim.api_client()), clock=clock, rng=random.Random(1))
+        token = None
+        if shipped_rbac:
+            await kube.create(
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpusched-system"}},
+            )
+            for doc in yaml.safe_load_all((REPO / "deploy/controller/rbac.yaml").read_text()):
+                group, _, version = doc["apiVersion"].rpartition("/")
+                plural = doc["kind"].lower() + "s"
+                ns = doc["metadata"].get("namespace")
+                await kube.create(resource_path(group, version, plural, ns), doc)
+            token = sim.service_account_token("gpusched-system", "gpusched-controller")
+        controller_kube = Kube(sim.api_client(token=token))
+        controller = WorkloadController(controller_kube, clock=clock, rng=random.Random(1))
+        if shipped_rbac:
+            elector = LeaderElector(
+                controller_kube,
+                "test",
+                LeaderElectionConfig(namespace="gpusched-system", name="gpusched-controller"),
+                clock,
+            )
+            work = elector.run(controller.run)
+        else:
+            work = controller.run()
         tasks = [
             asyncio.create_task(scheduler.run(), name="test-scheduler"),
-            asyncio.create_task(controller.run(), name="test-controller"),
+            asyncio.create_task(work, name="test-controller"),
         ]
         try:
             async with asyncio.timeout(WAIT):
@@ -153,6 +179,12 @@ async def world() -> AsyncIterator[World]:
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[World]:
+    async with open_world() as opened:
+        yield opened
 
 
 def workload(name: str, **spec: Any) -> dict[str, Any]:
@@ -270,3 +302,16 @@ async def test_the_seeds_example_manifest_applies_and_runs(world: World) -> None
     assert found["status"]["assignedNode"] == pod["spec"]["nodeName"]
     assert pod["metadata"]["annotations"]["gpusched.io/priority"] == "0"  # high
     assert pod["spec"]["containers"][0]["env"] == [{"name": "MODEL_NAME", "value": "llama2"}]
+
+
+async def test_the_shipped_rbac_is_enough() -> None:
+    async with open_world(shipped_rbac=True) as world:
+        body = workload("least")
+        body["metadata"]["annotations"] = {"sim.gpusched.io/duration": "10s"}
+        await world.kube.create(WORKLOADS, body)
+        await world.running_pod("least", 1)
+        await world.clock.advance(11)
+        await world.workload("least", lambda w: _phase(w) == "Succeeded")
+        assert "Succeeded" in await world.reasons("least")
+        await world.kube.delete(f"{WORKLOADS}/least")
+        await world.until(JOBS, lambda js: not js)
