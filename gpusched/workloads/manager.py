@@ -346,7 +346,12 @@ def build_job(
             "parallelism": 1,
             "template": {
                 "metadata": {
-                    "labels": {**labels, MODEL_LABEL: _label_value(spec.model_name)},
+                    # app=<workload>: GPU_Orchestrator's `kubectl logs -l app=my-model`.
+                    "labels": {
+                        **labels,
+                        "app": name,
+                        MODEL_LABEL: _label_value(spec.model_name),
+                    },
                     "annotations": annotations,
                 },
                 "spec": {

@@ -199,6 +199,7 @@ def test_build_job_translates_the_request(strategy: str, scheduler_name: str) ->
     assert template["metadata"]["labels"] == {
         WORKLOAD_LABEL: "w",
         ATTEMPT_LABEL: "2",
+        "app": "w",
         "gpusched.io/model": "llama2",
     }
     assert template["metadata"]["annotations"] == {
