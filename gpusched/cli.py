@@ -25,8 +25,11 @@
                          [--prefer-node NODE] [--gang N] [--priority P] [--image IMAGE]
                          [--annotation K=V] [-n NS] [--timeout 30m] [--follow] -- CMD...
     gpusched cleanup     --name NAME | --all [-n NS | -A]
+    gpusched controller  [--kubeconfig K] [-n NS] [--leader-elect] [--metrics-port 10261]
+                         [--profile STRATEGY=SCHEDULERNAME ...]
 
-``gpusched run`` and ``cleanup``: :mod:`gpusched.runner`.
+``gpusched run`` and ``cleanup``: :mod:`gpusched.runner`; ``gpusched controller`` (GPUWorkloads):
+:mod:`gpusched.workloads`.
 
 ``gpusched scheduler`` serves ``/metrics``, ``/healthz`` (the process is alive) and ``/readyz``
 on the metrics port. ``/readyz`` is 200 when the replica can do its part: without
@@ -100,6 +103,27 @@ def _parser() -> argparse.ArgumentParser:
     sched.add_argument("--leader-elect", action="store_true", help="active/passive replicas")
     sched.add_argument("--metrics-port", type=int, default=10259)
     sched.add_argument("--identity", default=None, help="this replica's name (default: random)")
+
+    ctl = sub.add_parser(
+        "controller",
+        help="the GPUWorkload controller (gpu.warp.dev/v1alpha1): workloads into Jobs",
+        description="docs/gpuworkload.md: the translation table, retries, status, metrics.",
+    )
+    ctl.add_argument("--kubeconfig", default=None, help="default: in-cluster configuration")
+    ctl.add_argument("--context", default=None)
+    ctl.add_argument("-n", "--namespace", default=None, help="only this namespace's workloads")
+    ctl.add_argument("--leader-elect", action="store_true", help="active/passive replicas")
+    ctl.add_argument("--leader-elect-namespace", default="gpusched-system")
+    ctl.add_argument("--metrics-port", type=int, default=10261)
+    ctl.add_argument("--identity", default=None, help="this replica's name (default: random)")
+    ctl.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        metavar="STRATEGY=SCHEDULERNAME",
+        help="the schedulerName of a schedulingStrategy's pods (default leastLoaded="
+        "gpusched-spread, costOptimized=gpusched-cheap, random=gpusched-random)",
+    )
 
     sim = sub.add_parser("sim", help="the simulated GPU cluster")
     simsub = sim.add_subparsers(dest="sim_command", required=True)
@@ -404,6 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _agent(args)
         if args.command == "explain":
             return asyncio.run(_explain(args))
+        if args.command == "controller":
+            return asyncio.run(_controller(args))
         if args.command == "status":
             from gpusched.status.command import StatusOptions
             from gpusched.status.command import main as status_main
@@ -1141,6 +1167,69 @@ async def _run_scheduler(args: argparse.Namespace, stop: asyncio.Event) -> int:
         outcome, *_ = await asyncio.gather(work, stopping, freeze, check, return_exceptions=True)
         await ops.stop()
         await kube.close()
+    return _exit_status(outcome, stop.is_set())
+
+
+async def _controller(args: argparse.Namespace) -> int:
+    """``gpusched controller``: signals as ``gpusched scheduler`` (0 after SIGTERM, 1 when
+    leadership is lost or the controller crashes)."""
+    import secrets
+
+    from gpusched.leader import LeaderElectionConfig, LeaderElector
+    from gpusched.metrics import OperationsServer
+    from gpusched.workloads.controller import WorkloadController
+    from gpusched.workloads.manager import DEFAULT_PROFILES, STRATEGIES, Settings
+
+    profiles = dict(DEFAULT_PROFILES)
+    for item in args.profile:
+        strategy, sep, name = item.partition("=")
+        if not sep or strategy not in STRATEGIES or not name:
+            raise UsageError(
+                f"--profile {item!r}: write STRATEGY=SCHEDULERNAME, STRATEGY one of "
+                + ", ".join(STRATEGIES)
+            )
+        profiles[strategy] = name
+    stop = asyncio.Event()
+    with _signals_set(stop):
+        kube = await _connect(args)
+        controller = WorkloadController(
+            kube, settings=Settings(profiles=profiles), namespace=args.namespace
+        )
+        identity = args.identity or f"gpusched-controller-{secrets.token_hex(4)}"
+        elector: LeaderElector | None = None
+        if args.leader_elect:
+            elector = LeaderElector(
+                kube,
+                identity,
+                LeaderElectionConfig(
+                    namespace=args.leader_elect_namespace, name="gpusched-controller"
+                ),
+            )
+
+        def ready() -> bool:
+            if elector is None or elector.is_leader:
+                return controller.synced.is_set()
+            return elector.lease_readable
+
+        ops = OperationsServer(controller.metrics, ready)
+        await ops.start(port=args.metrics_port)
+        print(
+            f"gpusched controller {identity}: reconciling GPUWorkloads; metrics on :{ops.port}",
+            flush=True,
+        )
+        if elector is not None:
+            work = asyncio.create_task(elector.run(controller.run), name="leader-election")
+        else:
+            work = asyncio.create_task(controller.run(), name="controller")
+        stopping = asyncio.create_task(stop.wait(), name="wait-for-signal")
+        try:
+            await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, stopping):
+                task.cancel()
+            outcome, _ = await asyncio.gather(work, stopping, return_exceptions=True)
+            await ops.stop()
+            await kube.close()
     return _exit_status(outcome, stop.is_set())
 
 

@@ -119,6 +119,11 @@ CRDS: Final = (
         False,
         "GpuClaims are not read: pods that refer to one stay pending",
     ),
+    CRDCheck(
+        "gpuworkloads.gpu.warp.dev",
+        False,
+        "GPUWorkloads cannot be created (`gpusched controller` turns them into Jobs)",
+    ),
 )
 """The CRDs of deploy/crds that gpusched reads (tests check every file there is listed)."""
 

@@ -28,7 +28,8 @@ controller (``gpusched.sim.resource_controller``: claims from ResourceClaimTempl
 ``resourceClaimStatuses``, ``reservedFor`` cleanup) runs as an API client, as
 kube-controller-manager does, when ``resource_claims=True`` (by default with the kubelets or a
 ``dra`` fleet, so that ``kubelets=False`` stays a cluster where only the test's requests reach
-the server); it watches pods only once a DRA claim or template exists.
+the server); it watches pods only once a DRA claim or template exists. The Job controller
+(``gpusched.sim.job_controller``) runs likewise with the kubelets (``jobs=`` overrides).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from gpusched.gpu_policy.crds import CRD_NAMES as POLICY_CRD_NAMES
 from gpusched.kube.client import Kube
 from gpusched.sim.faults import Faults
 from gpusched.sim.fleet import ClusterSpec, apply_fleet, ensure_crd, load_cluster_spec
+from gpusched.sim.job_controller import JobController
 from gpusched.sim.kubelet import SimKubelet
 from gpusched.sim.resource_controller import ResourceClaimController
 from gpusched.sim.server import APIServer
@@ -60,7 +62,11 @@ if TYPE_CHECKING:
 
 __all__ = ["EXTRA_CRD_NAMES", "SimCluster"]
 
-EXTRA_CRD_NAMES: tuple[str, ...] = ("podgroups.scheduling.x-k8s.io", "gpuclaims.gpu.scheduling")
+EXTRA_CRD_NAMES: tuple[str, ...] = (
+    "podgroups.scheduling.x-k8s.io",
+    "gpuclaims.gpu.scheduling",
+    "gpuworkloads.gpu.warp.dev",
+)
 """CRDs of other projects that gpusched reads, installed with the policy CRDs."""
 
 
@@ -82,6 +88,7 @@ class SimCluster:
         webhook: bool | WebhookConfig = False,
         telemetry: float | None = None,
         resource_claims: bool | None = None,
+        jobs: bool | None = None,
     ) -> None:
         if cluster is None or isinstance(cluster, ClusterSpec):
             self.spec = cluster
@@ -118,6 +125,9 @@ class SimCluster:
         self._claims_enabled = resource_claims
         self.resource_claims: ResourceClaimController | None = None
         self._claims_task: asyncio.Task[None] | None = None
+        self._jobs_enabled = kubelets if jobs is None else jobs
+        self.jobs: JobController | None = None
+        self._jobs_task: asyncio.Task[None] | None = None
 
     @property
     def faults(self) -> Faults:
@@ -220,6 +230,9 @@ class SimCluster:
                 self._claims_task = asyncio.create_task(
                     self.resource_claims.run(), name="sim-resourceclaim-controller"
                 )
+            if self._jobs_enabled:
+                self.jobs = JobController(Kube(self.api_client()), self.clock)
+                self._jobs_task = asyncio.create_task(self.jobs.run(), name="sim-job-controller")
             if self.spec is not None:
                 await apply_fleet(self._kube.api_client, self.spec)
             if self._webhook_enabled:
@@ -272,6 +285,11 @@ class SimCluster:
             self._kubelet_task = None
 
     async def __aexit__(self, *exc: Any) -> None:
+        if self._jobs_task is not None:
+            self._jobs_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._jobs_task
+            self._jobs_task = None
         if self._claims_task is not None:
             self._claims_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -656,6 +656,11 @@ def _build_strategies() -> dict[tuple[str, str], tuple[str, str]]:
         "CustomResourceDefinition": {},
         "PriorityClass": {},
         "PodDisruptionBudget": {"status.conditions": ("merge", "type")},
+        # batch/v1: the pod template's tags under spec.template (gpusched.sim.job_controller).
+        "Job": {
+            **{f"spec.template.{k}": v for k, v in {**object_meta, **pod}.items()},
+            "status.conditions": ("merge", "type"),
+        },
         # scheduling.k8s.io/v1alpha2 (custom resources of the same kind never get here).
         "Workload": {},
         "PodGroup": {"status.conditions": ("merge", "type")},

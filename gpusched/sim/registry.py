@@ -36,6 +36,7 @@ from gpusched.sim import admission as admissionlib
 from gpusched.sim import crd as crdlib
 from gpusched.sim import errors, kinds, rbac
 from gpusched.sim import field as fieldlib
+from gpusched.sim import job_controller as joblib
 from gpusched.sim import patch as patchlib
 from gpusched.sim import policy as policylib
 from gpusched.sim import quota as quotalib
@@ -396,6 +397,17 @@ class Registry:
             True,
             subresources=("status",),
             strategy=schedulinglib.PodGroupStrategy(),
+        )
+        self._builtin(
+            joblib.GROUP,
+            "v1",
+            "jobs",
+            "Job",
+            True,
+            (),
+            ("status",),
+            strategy=joblib.JobStrategy(),
+            categories=("all",),
         )
         self._builtin(
             "policy",

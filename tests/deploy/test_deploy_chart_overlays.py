@@ -64,7 +64,8 @@ def test_the_chart_follows_the_release_namespace() -> None:
 
 def _components(objs: list[Obj]) -> set[str]:
     names = {o["metadata"]["name"] for o in objs if o["kind"] in ("Deployment", "DaemonSet")}
-    return {"webhook" if "webhook" in n else "agent" if "agent" in n else "scheduler"
+    return {"webhook" if "webhook" in n else "agent" if "agent" in n
+            else "controller" if "controller" in n else "scheduler"
             for n in names}  # fmt: skip
 
 
@@ -73,6 +74,7 @@ def _components(objs: list[Obj]) -> set[str]:
     ({"scheduler": {"enabled": False}}, {"agent", "webhook"}, {}),
     ({"agent": {"enabled": False}}, {"scheduler", "webhook"}, {}),
     ({"webhook": {"enabled": False}}, {"scheduler", "agent"}, {}),
+    ({"controller": {"enabled": False}}, {"scheduler", "agent", "webhook"}, {}),
     ({"scheduler": {"replicas": 1, "leaderElect": False}}, {"scheduler", "agent", "webhook"},
      {"replicas": 1, "leader_elect": False}),
     ({"image": {"repository": "r.example/gs", "tag": "t1"}}, {"scheduler", "agent", "webhook"},
@@ -90,7 +92,8 @@ def _components(objs: list[Obj]) -> set[str]:
 ])  # fmt: skip
 def test_chart_values(values: dict[str, Any], components: set[str], check: dict[str, Any]) -> None:
     objs = render_chart(values)
-    assert _components(objs) == components
+    controller = values.get("controller", {}).get("enabled", True)  # the GPUWorkload controller
+    assert _components(objs) == components | ({"controller"} if controller else set())
     kinds = {o["kind"] for o in objs}
     assert ("ValidatingAdmissionPolicy" in kinds) == check.get("policy", "agent" in components)
     assert images(objs) == check.get("images", {f"gpusched:{gpusched.__version__}"})

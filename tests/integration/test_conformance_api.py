@@ -541,6 +541,8 @@ DISCOVERED = [
     ),
     ("/api/v1", resource("resourcequotas/status", "ResourceQuota", True, SUBRESOURCE_VERBS)),
     ("/apis/coordination.k8s.io/v1", resource("leases", "Lease", True, STANDARD_VERBS)),
+    ("/apis/batch/v1", resource("jobs", "Job", True, STANDARD_VERBS, categories=["all"])),
+    ("/apis/batch/v1", resource("jobs/status", "Job", True, SUBRESOURCE_VERBS)),
     (
         "/apis/apiextensions.k8s.io/v1",
         resource(
