@@ -8,7 +8,8 @@ reads and writes, and the plugin guide's worked example runs.
   and nodes (``gpusched.annotations``, each request reader's ``ANNOTATIONS`` and
   ``RESOURCES``, the gang readers, the labels the agent writes) and every field of every CRD in
   ``deploy/crds/`` (``crd_fields``, which also printed the tables there).
-- ``docs/operations.md`` names every metric the scheduler, the agent and preflight register.
+- ``docs/operations.md`` names every metric the scheduler, the agent, the GPUWorkload controller
+  and preflight register.
 - Every whole manifest in the pages written with this test (the README, concepts, reference,
   operations, migrating) is accepted: custom resources by the simulated API server with strict
   field validation and then by gpusched's own readers, pods' GPU requests by
@@ -71,6 +72,7 @@ from gpusched.scheduler import Scheduler
 from gpusched.sim import SimCluster
 from gpusched.sim.fleet import ClusterSpec, load_cluster_spec, node_names
 from gpusched.webhook.mutate import MIG_FALLBACK_APPLIED
+from gpusched.workloads.controller import WorkloadMetrics
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scheduler"))
 
@@ -224,7 +226,8 @@ def registered_metrics() -> set[str]:
     names = set()
     preflight_registry = CollectorRegistry()
     Preflight(cast(Kube, None), SchedulerConfiguration(), FakeClock(), registry=preflight_registry)
-    for registry in (Metrics().registry, AgentMetrics().registry, preflight_registry):
+    registries = (Metrics(), AgentMetrics(), WorkloadMetrics())
+    for registry in (*(r.registry for r in registries), preflight_registry):
         for family in registry.collect():
             names.add(family.name + ("_total" if family.type == "counter" else ""))
     return names
