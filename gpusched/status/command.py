@@ -1,9 +1,11 @@
 """``gpusched status``: list the cluster once (or follow it) and print the GPUs.
 
 Read-only: ``list`` (and ``watch`` with ``--watch``) on nodes, pods and
-``gpunodeinventories.gpusched.io``, nothing else. **Cost: one LIST per kind** (paged by 500,
-pods filtered by the server to unfinished ones with ``status.phase!=Succeeded,!=Failed``), the
-three at once; ``--watch`` then keeps one watch per kind open from the list's resourceVersion
+``gpunodeinventories.gpusched.io``, and, where the cluster serves DRA and the reader may list
+them, ``resourceclaims`` and ``resourceslices`` (``resource.k8s.io/v1``: the GPUs claims hold);
+nothing else. **Cost: one LIST per kind** (paged by 500, pods filtered by the server to
+unfinished ones with ``status.phase!=Succeeded,!=Failed``), the first three at once, then the
+DRA two; ``--watch`` then keeps one watch per kind open from the list's resourceVersion
 and re-renders on each event whose change shows (a 410 Gone re-lists that kind alone, as
 client-go does); nothing polls. The model is rebuilt from the local copies on each event,
 O(nodes x GPUs + pods).
@@ -49,6 +51,8 @@ log = logging.getLogger(__name__)
 
 UNFINISHED: Final = "status.phase!=Succeeded,status.phase!=Failed"
 """Field selector of the pods list and watch: finished pods hold no GPU."""
+DRA_GROUP: Final = "resource.k8s.io"
+DRA_VERSION: Final = "v1"
 NEEDED_ACCESS: Final = (
     "gpusched status needs get, list and watch on nodes, pods and "
     "gpunodeinventories.gpusched.io (a read-only ClusterRole: docs/status.md)"
@@ -149,6 +153,8 @@ class Cluster:
         self.changed = asyncio.Event()
         self.notes: list[str] = []
         self.memo = Memo()
+        self.dra = False
+        """Whether ResourceClaims and ResourceSlices were listed (served, and allowed)."""
 
         def handler(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
             self.changed.set()
@@ -159,6 +165,14 @@ class Cluster:
         )
         self.pods = Reflector(
             kube, resource_path("", "v1", "pods"), handler=handler, field_selector=UNFINISHED
+        )
+        # DRA (optional): GPUs ResourceClaims hold. A cluster without resource.k8s.io/v1, or a
+        # reader without access to it, gets the status without them (and a note).
+        self.claims = Reflector(
+            kube, resource_path(DRA_GROUP, DRA_VERSION, "resourceclaims"), handler=handler
+        )
+        self.slices = Reflector(
+            kube, resource_path(DRA_GROUP, DRA_VERSION, "resourceslices"), handler=handler
         )
 
     async def list(self) -> None:
@@ -193,13 +207,36 @@ class Cluster:
                 raise _explain(result, resource, scope, host) from None
             if isinstance(result, BaseException):
                 raise result
+        await self._list_dra()
         self.changed.clear()
+
+    async def _list_dra(self) -> None:
+        """ResourceClaims and ResourceSlices, where the cluster serves them and we may list
+        them: the GPUs claims hold. Not served: nothing to say; forbidden: a note."""
+        for reflector, resource in (
+            (self.claims, "resourceclaims"),
+            (self.slices, "resourceslices"),
+        ):
+            try:
+                await reflector.list()
+            except APINotFound:
+                return
+            except APIError as exc:
+                self.notes.append(
+                    f"{resource}.{DRA_GROUP} not listed ({exc.reason or exc.code}): GPUs held "
+                    "by DRA ResourceClaims are shown free"
+                    + ("; grant list on it to see them" if isinstance(exc, APIForbidden) else "")
+                )
+                return
+        self.dra = True
 
     def status(self) -> ClusterStatus:
         status = build_status(
             self.nodes.items.values(),
             self.inventories.items.values(),
             self.pods.items.values(),
+            claims=self.claims.items.values() if self.dra else (),
+            slices=self.slices.items.values() if self.dra else (),
             namespace=self.options.namespace,
             node=self.options.node,
             pool_labels=self.options.pool_labels,
@@ -322,7 +359,9 @@ async def _watch(
     stop: asyncio.Event,
 ) -> None:
     terminal = out.isatty()
-    reflectors = (cluster.nodes, cluster.inventories, cluster.pods)
+    reflectors = [cluster.nodes, cluster.inventories, cluster.pods]
+    if cluster.dra:
+        reflectors += [cluster.claims, cluster.slices]
     tasks = [asyncio.create_task(cluster.follow(r), name=f"status-{r.path}") for r in reflectors]
     stopped = asyncio.create_task(stop.wait(), name="status-stop")
     try:

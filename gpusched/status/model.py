@@ -17,7 +17,10 @@ Where each figure comes from:
   dedicated shares hold a GPU alone, VRAM shares share it;
 - pending pods: unbound, unfinished pods that ask for GPUs in any form gpusched reads (or name
   DRA ``resourceClaims``), with the ``PodScheduled=False`` condition's reason and message, the
-  scheduler's own words.
+  scheduler's own words;
+- GPUs a ResourceClaim holds (DRA; whoever allocated it, pods or not): the claim's
+  ``status.allocation`` results, named by the ResourceSlices' devices' ``uuid`` attribute (as
+  NVIDIA's DRA driver publishes it); such a GPU is in use, ``claim`` names it.
 
 Bound GPU pods without a device record (placed by another scheduler, or asking
 ``nvidia.com/gpu`` of the default one) cannot be pinned to a GPU: they are listed per node as
@@ -138,10 +141,12 @@ class GPUState:
     hidden_clients: int
     """Holders in other namespaces than the one asked for (counted in ``reserved_mib``)."""
     mig: tuple[MIGSlot, ...] = ()
+    claim: str | None = None
+    """The ResourceClaim (``namespace/name``) whose allocation holds this GPU (DRA), if any."""
 
     @property
     def in_use(self) -> bool:
-        return bool(self.clients or self.hidden_clients)
+        return bool(self.clients or self.hidden_clients or self.claim)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +270,7 @@ def _node_dict(n: NodeState) -> dict[str, Any]:
                     for c in g.clients
                 ],
                 "hiddenClients": g.hidden_clients,
+                "claim": g.claim,
                 "migDevices": [
                     {
                         "uuid": m.uuid,
@@ -465,8 +471,13 @@ def build_status(
     node: str | None = None,
     pool_labels: Sequence[str] = POOL_LABELS,
     memo: Memo | None = None,
+    claims: Iterable[Mapping[str, Any]] = (),
+    slices: Iterable[Mapping[str, Any]] = (),
 ) -> ClusterStatus:
     """The status of the GPUs (module docstring).
+
+    ``claims`` and ``slices``: the cluster's ResourceClaims and ResourceSlices (none where the
+    cluster does not serve DRA): GPUs claims hold are in use.
 
     ``namespace``: show only that namespace's pods (holders elsewhere still count in the VRAM
     reserved, as ``hiddenClients``); ``node``: only that node (totals over it alone);
@@ -516,6 +527,7 @@ def build_status(
     names = sorted(set(inv_objs) | {n for n, obj in node_objs.items() if _has_gpu_capacity(obj)})
     if node is not None:
         names = [n for n in names if n == node]
+    claimed = claimed_gpus(claims, slices)
     states = [
         _node_state(
             name,
@@ -525,6 +537,7 @@ def build_status(
             namespace,
             pool_labels,
             memo,
+            claimed,
         )
         for name in names
     ]
@@ -549,6 +562,7 @@ def _node_state(
     namespace: str | None,
     pool_labels: Sequence[str],
     memo: Memo,
+    claimed: Mapping[str, str],
 ) -> NodeState:
     labels = _labels(node_obj) if node_obj is not None else {}
     ready = node_obj is not None and _ready(node_obj)
@@ -613,9 +627,10 @@ def _node_state(
         holding = holdings[gpu.index]
         reading = readings.get(gpu.index)
         mode: Mode
+        claim = claimed.get(gpu.uuid)
         if gpu.mig_enabled:
             mode = "mig"
-        elif any(c.exclusive for c in holding.clients):
+        elif any(c.exclusive for c in holding.clients) or (claim and not holding.clients):
             mode = "exclusive"
         elif holding.clients or holding.hidden:
             mode = "shared"
@@ -640,6 +655,7 @@ def _node_state(
                     MIGSlot(m.uuid, m.profile, m.memory_mib, mig_holder.get(m.uuid))
                     for m in gpu.mig_devices
                 ),
+                claim=claim,
             )
         )
     return NodeState(
@@ -653,6 +669,40 @@ def _node_state(
         other_pods=tuple(other),
         problem="; ".join(problems) or None,
     )
+
+
+def claimed_gpus(
+    claims: Iterable[Mapping[str, Any]], slices: Iterable[Mapping[str, Any]]
+) -> dict[str, str]:
+    """GPU UUID -> the ResourceClaim (``namespace/name``) whose allocation holds it: each
+    allocation result's ``(driver, pool, device)`` looked up in the slices, whose devices name
+    their GPU by the ``uuid`` attribute (a MIG device by ``parentUUID``: its GPU is held).
+    O(slice devices + allocation results)."""
+    uuid_of: dict[tuple[str, str, str], str] = {}
+    for obj in slices:
+        spec = obj.get("spec") or {}
+        driver = str(spec.get("driver") or "")
+        pool = str((spec.get("pool") or {}).get("name") or "")
+        for device in spec.get("devices") or ():
+            attributes = device.get("attributes") or {}
+            for name in ("parentUUID", "uuid"):
+                value = (attributes.get(name) or {}).get("string")
+                if value:
+                    uuid_of[driver, pool, str(device.get("name") or "")] = str(value)
+                    break
+    out: dict[str, str] = {}
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        key = f"{_meta(claim).get('namespace', '')}/{_meta(claim).get('name', '')}"
+        for result in (allocation.get("devices") or {}).get("results") or ():
+            if result.get("adminAccess"):
+                continue  # admin access is not use (upstream's rule)
+            found = uuid_of.get(
+                (str(result.get("driver")), str(result.get("pool")), str(result.get("device")))
+            )
+            if found is not None:
+                out.setdefault(found, key)
+    return out
 
 
 def _totals(

@@ -98,6 +98,8 @@ def _pods(gpu: GPUState) -> str:
         names = [c.key for c in gpu.clients]
     if gpu.hidden_clients:
         names.append(f"+{gpu.hidden_clients} in other namespaces")
+    if gpu.claim and not gpu.clients:
+        names.append(f"claim {gpu.claim}")
     return ", ".join(names) or "-"
 
 

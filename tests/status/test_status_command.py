@@ -272,7 +272,8 @@ async def test_one_list_per_kind_and_nothing_else() -> None:
         before = sim.server.requests
         out = io.StringIO()
         assert await run(StatusOptions(kubeconfig=str(sim.kubeconfig_path)), out=out, env={}) == 0
-        assert sim.server.requests - before == 3  # nodes, gpunodeinventories, pods
+        # nodes, gpunodeinventories, pods; resourceclaims, resourceslices (the sim serves DRA)
+        assert sim.server.requests - before == 5
         assert "dgx-h100-003" in out.getvalue()
 
 
@@ -368,8 +369,10 @@ async def test_a_namespace_reader_sees_its_namespace_and_is_told_so(tmp_path: Pa
         assert await run(options, out=out, env={}) == 0
         doc = json.loads(out.getvalue())
         assert len(doc["nodes"]) == 4
-        (note,) = doc["notes"]
+        note, dra = doc["notes"]
         assert note.startswith("pods listed in namespace default only")
+        assert dra.startswith("resourceclaims.resource.k8s.io not listed (Forbidden)")
+        assert dra.endswith("grant list on it to see them")
         # Without -n the same user is told what it lacks.
         code, message = await _run(StatusOptions(kubeconfig=str(dev)))
         assert code == 1

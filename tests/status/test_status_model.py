@@ -470,6 +470,7 @@ def test_json_and_yaml_follow_the_documented_schema() -> None:
         "health",
         "healthReason",
         "clients",
+        "claim",
         "hiddenClients",
         "migDevices",
     }
@@ -513,3 +514,33 @@ def test_a_memo_parses_only_what_changed(monkeypatch: pytest.MonkeyPatch) -> Non
     again = build_status(nodes, invs, [], memo=memo)
     assert parsed == ["dgx-h100-001"]
     assert again.nodes[1].gpus[0].used_mib == 1000
+
+
+def test_gpus_a_resource_claim_holds_are_in_use_and_name_the_claim() -> None:
+    """DRA: a claim allocated (by kube-scheduler, say) with no pod holding it yet: its GPUs are
+    in use, named by the slice devices' ``uuid``; admin-access results are not use."""
+    from gpusched.inventory import inventory_from_object
+    from gpusched.sim.resource_slices import DRIVER, device_name, resource_slice
+
+    nodes, invs = fleet("dgx-h100", 1)
+    inventory = inventory_from_object(invs[0])
+    slice_ = resource_slice(inventory)
+    node = inventory.node_name
+
+    def result(index: int, admin: bool = False) -> dict[str, Any]:
+        out = {"request": "gpus", "driver": DRIVER, "pool": node}
+        out["device"] = device_name(inventory.gpus[index])
+        return {**out, "adminAccess": True} if admin else out
+
+    claim = {
+        "metadata": {"name": "train", "namespace": "ml"},
+        "status": {"allocation": {"devices": {"results": [result(2), result(3), result(5, True)]}}},
+    }
+    status = build_status(nodes, invs, [], claims=[claim], slices=[slice_])
+    gpus = status.nodes[0].gpus
+    assert [g.index for g in gpus if g.claim == "ml/train"] == [2, 3]
+    assert [g.mode for g in gpus[2:4]] == ["exclusive", "exclusive"]
+    assert status.products[0].in_use == 2
+    assert status.products[0].free == 6
+    assert "claim ml/train" in render(status, "table", color=False)
+    assert status.to_dict()["nodes"][0]["gpus"][2]["claim"] == "ml/train"
