@@ -198,28 +198,12 @@ class Kube:
         """
         params = dict(_query(query))
         params["watch"] = "true"
-        response = await self._send(
-            "GET", path, params, None, "application/json", aiohttp.ClientTimeout(sock_read=None)
-        )
-        try:
-            if not 200 <= response.status < 300:
-                raise from_response(response.status, await response.read(), response.headers)
-            while True:
-                try:
-                    line = await response.content.readline()
-                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                    raise APIServerError(
-                        0, {"reason": "ConnectionError", "message": str(exc)}
-                    ) from exc
-                if not line:
-                    return
-                event = orjson.loads(line)
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    raise from_response(int(status.get("code", 500)), json.dumps(status))
-                yield event
-        finally:
-            response.release()
+        async for line in self.lines(path, params):
+            event = orjson.loads(line)
+            if event.get("type") == "ERROR":
+                status = event.get("object") or {}
+                raise from_response(int(status.get("code", 500)), json.dumps(status))
+            yield event
 
     async def lines(self, path: str, query: Query | None = None) -> AsyncIterator[bytes]:
         """Yield a plain-text body line by line as it arrives (``pods/log``, ``follow=true``
