@@ -25,8 +25,8 @@ Two halves, as in Kubernetes:
   succeeded, in both cases after deleting the pods still active.
 
 Deleting a Job deletes its pods through the registry's owner-reference garbage collector
-(background propagation; the simulation does not implement Orphan or Foreground, so every
-propagation policy removes the pods).
+(``Background`` or ``Foreground``); a DELETE without a propagationPolicy orphans them, as
+batch/v1's ``DefaultGarbageCollectionPolicy`` says.
 
 Simplified against upstream: pods carry no ``batch.kubernetes.io/job-tracking`` finalizer, so
 the counts are those of the terminal pods that still exist (nobody in the simulation deletes
@@ -197,6 +197,10 @@ def _validate_job_spec(spec: Mapping[str, Any], manual: bool) -> list[FieldError
 
 class JobStrategy(kinds.Strategy):
     """``batch/v1`` Job (see the module docstring)."""
+
+    # jobStrategy: OrphanDependents for batch/v1 "for backwards compatibility" - a Job deleted
+    # through the API without a propagationPolicy leaves its pods (kubectl asks Background).
+    gc_policy = "OrphanDependents"
 
     def __init__(self) -> None:
         super().__init__("Job", GROUP, "jobs", True, has_status=True, tracks_generation=True)

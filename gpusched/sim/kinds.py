@@ -719,6 +719,11 @@ def _cell_for_json_value(type_: str, value: Any, now: datetime) -> Any:
 class Strategy:
     """Generic registry behaviour for a kind (what ``strategy_for`` returns for unknown kinds)."""
 
+    # ``rest.GarbageCollectionDeleteStrategy.DefaultGarbageCollectionPolicy``: what a DELETE
+    # without a propagationPolicy does to the object's dependents ("DeleteDependents" is
+    # background deletion; "OrphanDependents" adds the ``orphan`` finalizer).
+    gc_policy: str = "DeleteDependents"
+
     def __init__(
         self,
         kind: str,

@@ -24,7 +24,7 @@ _QUERY_PARAMS = {
     "patch": ("dryRun", "fieldManager", "fieldValidation", "force", "pretty"),
     "put": ("dryRun", "fieldManager", "fieldValidation", "pretty"),
     "post": ("dryRun", "fieldManager", "fieldValidation", "pretty"),
-    "delete": ("dryRun", "gracePeriodSeconds", "propagationPolicy", "pretty"),
+    "delete": ("dryRun", "gracePeriodSeconds", "orphanDependents", "propagationPolicy", "pretty"),
     "get": ("pretty",),
 }
 _LIST_PARAMS = (

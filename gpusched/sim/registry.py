@@ -4,7 +4,8 @@ This is the part of kube-apiserver that ``k8s.io/apiserver/pkg/registry/generic/
 (the generic store) and the endpoint handlers implement: metadata the server owns (uid,
 resourceVersion, creationTimestamp, generation, deletionTimestamp), optimistic concurrency,
 create-on-existing and stale-update conflicts, the patch types, graceful deletion and
-finalizers, owner-reference garbage collection, namespaces and their termination, the
+finalizers, owner-reference garbage collection (Background, Foreground, Orphan),
+namespaces and their termination, the
 ``pods/binding`` subresource, CustomResourceDefinitions that bring their resources to life,
 and list/watch with selectors, pagination and resource-version semantics.
 
@@ -25,7 +26,7 @@ import hashlib
 import json
 import random
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -240,6 +241,42 @@ def _spec_changed(new: Mapping[str, Any], old: Mapping[str, Any], with_status: b
     return any(new.get(k) != old.get(k) for k in keys)
 
 
+ORPHAN_FINALIZER = "orphan"  # metav1.FinalizerOrphanDependents
+FOREGROUND_FINALIZER = "foregroundDeletion"  # metav1.FinalizerDeleteDependents
+_GC_FINALIZERS = frozenset((ORPHAN_FINALIZER, FOREGROUND_FINALIZER))
+
+
+def _gc_finalizers(
+    default_policy: str,
+    finalizers: list[str],
+    propagation: str,
+    orphan_dependents: bool | None,
+) -> list[str]:
+    """``deletionFinalizersForGarbageCollection``: the object's finalizers after a DELETE, by
+    the request's options first, then the collector's finalizers it already has, then the
+    kind's default policy (``shouldOrphanDependents``, ``shouldDeleteDependents``)."""
+    if default_policy == "Unsupported":
+        return finalizers
+    orphan = foreground = False
+    if orphan_dependents is not None:
+        orphan = orphan_dependents
+    elif propagation:
+        orphan = propagation == "Orphan"
+        foreground = propagation == "Foreground"
+    elif ORPHAN_FINALIZER in finalizers or FOREGROUND_FINALIZER in finalizers:
+        first = next(f for f in finalizers if f in _GC_FINALIZERS)
+        orphan = first == ORPHAN_FINALIZER
+        foreground = first == FOREGROUND_FINALIZER
+    else:
+        orphan = default_policy == "OrphanDependents"
+    out = [f for f in finalizers if f not in _GC_FINALIZERS]
+    if orphan:
+        out.append(ORPHAN_FINALIZER)
+    if foreground:
+        out.append(FOREGROUND_FINALIZER)
+    return out if set(out) != set(finalizers) else finalizers
+
+
 class Registry:
     """All resources of the simulated cluster and the verbs on them."""
 
@@ -250,6 +287,10 @@ class Registry:
         self._owners: dict[str, set[tuple[str, str]]] = {}  # owner uid -> {(storage, key)}
         self._storage_resource: dict[str, Resource] = {}
         self.pending_gc: list[str] = []  # uids of deleted owners, for the background collector
+        # Deleted objects holding an ``orphan``/``foregroundDeletion`` finalizer, (storage, key),
+        # and the foreground-deleted owners waiting for blocking dependents, uid -> (storage, key).
+        self.pending_finalize: list[tuple[str, str]] = []
+        self._foreground: dict[str, tuple[str, str]] = {}
         self._uids: dict[str, str] = {}  # uid -> storage name, of every live object
         self.terminating_namespaces: set[str] = set()
         self.pending_crds: list[str] = []  # created CRDs the "controllers" have yet to establish
@@ -1108,8 +1149,14 @@ class Registry:
         preconditions: Mapping[str, Any] | None = None,
         propagation: str = "",
         dry_run: bool = False,
+        orphan_dependents: bool | None = None,
     ) -> dict[str, Any] | Entry:
-        """DELETE: the object (still terminating, or as deleted) or a Status of success."""
+        """DELETE: the object (still terminating, or as deleted) or a Status of success.
+
+        ``propagation`` (and the deprecated ``orphan_dependents``) decide the garbage
+        collector's finalizers as ``deletionFinalizersForGarbageCollection`` does: ``orphan``
+        (dependents lose their owner reference), ``foregroundDeletion`` (dependents go first),
+        or none (background: dependents go after). ``background`` runs the collector."""
         storage = self.storage_of(res)
         key = _key(namespace if res.namespaced else None, name)
         current = storage.get(key)
@@ -1137,6 +1184,20 @@ class Registry:
                     f"ResourceVersion in record ({meta['resourceVersion']}). The object might "
                     "have been modified",
                 )
+        if propagation and orphan_dependents is not None:
+            # ValidateDeleteOptions
+            raise errors.invalid(
+                "DeleteOptions",
+                "",
+                "",
+                [
+                    fieldlib.invalid(
+                        "propagationPolicy",
+                        propagation,
+                        "orphanDependents and deletionPropagation cannot be both set",
+                    )
+                ],
+            )
         if propagation not in ("", "Orphan", "Background", "Foreground"):
             raise errors.invalid(
                 "DeleteOptions",
@@ -1156,11 +1217,16 @@ class Registry:
             return self._delete_namespace(storage, key, current, dry_run)
         if res.kind == "CustomResourceDefinition" and not meta.get("deletionTimestamp"):
             return self._external(res, self._delete_crd(storage, key, current, dry_run))
-        finalizers = bool(meta.get("finalizers"))
+        old_finalizers = list(meta.get("finalizers") or [])
+        new_finalizers = _gc_finalizers(
+            res.strategy.gc_policy, old_finalizers, propagation, orphan_dependents
+        )
+        finalizers = bool(new_finalizers)
         graceful = res.kind == "Pod"  # the only kind here with a graceful-delete strategy
         obj: dict[str, Any] | None = None
         if meta.get("deletionTimestamp"):
-            # Already terminating (rest.BeforeDelete): a request may only shorten the period.
+            # Already terminating (rest.BeforeDelete): a request may only shorten the period;
+            # once the period is 0 it may still change the collector's finalizers.
             pending = int(meta.get("deletionGracePeriodSeconds") or 0)
             if pending > 0:
                 if grace_period is None or grace_period >= pending:
@@ -1172,7 +1238,9 @@ class Registry:
                 )
                 obj["metadata"]["deletionGracePeriodSeconds"] = grace_period
             elif finalizers:
-                return self._external(res, current)
+                if set(new_finalizers) == set(old_finalizers):
+                    return self._external(res, current)
+                obj = current.copy()
         else:
             period = res.strategy.graceful_period(current.obj, grace_period)
             if graceful or finalizers:
@@ -1186,9 +1254,16 @@ class Registry:
                 if obj["metadata"].get("generation", 0) > 0:
                     obj["metadata"]["generation"] += 1
         if obj is not None:
+            if new_finalizers != old_finalizers:
+                if new_finalizers:
+                    obj["metadata"]["finalizers"] = new_finalizers
+                else:
+                    obj["metadata"].pop("finalizers", None)
             if dry_run:
                 return self._external(res, Entry(obj))
             written = self.store.write(storage, key, obj)
+            if _GC_FINALIZERS & set(new_finalizers):
+                self.pending_finalize.append((storage.name, key))
             if obj["metadata"]["deletionGracePeriodSeconds"] > 0 or finalizers:
                 return self._external(res, written)
         elif dry_run:
@@ -1255,8 +1330,13 @@ class Registry:
         entry = self.store.delete(storage, key)
         uid = entry.obj["metadata"]["uid"]
         self._uids.pop(uid, None)
+        self._foreground.pop(uid, None)
         if uid in self._owners:
             self.pending_gc.append(uid)
+        for ref in entry.obj["metadata"].get("ownerReferences") or ():
+            waiting = self._foreground.get(ref.get("uid", ""))
+            if waiting is not None:  # a foreground-deleted owner may now have none left
+                self.pending_finalize.append(waiting)
         if res.namespaced:
             self._namespace_changed(entry.obj["metadata"].get("namespace", ""))
         return entry
@@ -1268,6 +1348,8 @@ class Registry:
         label_selector: str = "",
         field_selector: str = "",
         grace_period: int | None = None,
+        propagation: str = "",
+        orphan_dependents: bool | None = None,
     ) -> ListResult:
         """Delete what a list selects; answers that list, as listed before the deletions."""
         listed = self.list_objects(res, namespace, label_selector, field_selector)
@@ -1275,30 +1357,160 @@ class Registry:
             meta = entry.obj["metadata"]
             ns = meta.get("namespace") if res.namespaced else None
             with contextlib.suppress(errors.APIError):  # gone meanwhile, or held: as upstream
-                self.delete(res, ns, meta["name"], grace_period)
+                self.delete(
+                    res,
+                    ns,
+                    meta["name"],
+                    grace_period,
+                    propagation=propagation,
+                    orphan_dependents=orphan_dependents,
+                )
         return ListResult(res, listed.items, listed.rv)
 
+    # ------------------------------------------------------------------ garbage collector
+
     def collect_garbage(self) -> int:
-        """Delete dependents whose owners are all gone (background propagation)."""
+        """What kube-controller-manager's garbage collector does, for owners that went away or
+        are being deleted with the ``orphan`` or ``foregroundDeletion`` finalizer; returns how
+        many dependents it deleted.
+
+        As ``attemptToDeleteItem``: a dependent with another live owner ("solid") stays and
+        loses its references to the gone owners; one with none is deleted, with
+        ``Foreground`` when its owner waits for it and it has dependents of its own, else as
+        its own finalizers say, else ``Background``."""
         removed = 0
-        while self.pending_gc:
-            uid = self.pending_gc.pop()
-            for storage_name, key in sorted(self._owners.pop(uid, set())):
-                storage = self.store.storages.get(storage_name)
-                entry = storage.get(key) if storage is not None else None
-                res = self._storage_resource.get(storage_name)
-                if entry is None or res is None or storage is None:
-                    continue
-                refs = entry.obj["metadata"].get("ownerReferences") or []
-                if any(r.get("uid") != uid and self._alive(r.get("uid", "")) for r in refs):
-                    continue
-                meta = entry.obj["metadata"]
-                try:
-                    self.delete(res, meta.get("namespace"), meta["name"])
-                    removed += 1
-                except errors.APIError:
-                    continue
+        while self.pending_gc or self.pending_finalize:
+            while self.pending_finalize:
+                removed += self._finalize_owner(*self.pending_finalize.pop(0))
+            while self.pending_gc:
+                uid = self.pending_gc.pop()
+                for res, storage, key, entry in self._dependents(uid, self._owners.pop(uid, set())):
+                    removed += self._collect(res, storage, key, entry, waited_on=False)
         return removed
+
+    def _dependents(
+        self, uid: str, keys: Iterable[tuple[str, str]]
+    ) -> list[tuple[Resource, Storage, str, Entry]]:
+        """The live objects among ``keys`` that still name ``uid`` as an owner."""
+        out = []
+        for storage_name, key in sorted(keys):
+            storage = self.store.storages.get(storage_name)
+            entry = storage.get(key) if storage is not None else None
+            res = self._storage_resource.get(storage_name)
+            if entry is None or res is None or storage is None:
+                continue
+            refs = entry.obj["metadata"].get("ownerReferences") or []
+            if any(r.get("uid") == uid for r in refs):
+                out.append((res, storage, key, entry))
+        return out
+
+    def _collect(
+        self, res: Resource, storage: Storage, key: str, entry: Entry, waited_on: bool
+    ) -> int:
+        """Delete a dependent of a gone (or foreground-deleted) owner, or keep it for its solid
+        owners and drop its references to the others (``classifyReferences``)."""
+        meta = entry.obj["metadata"]
+        refs = meta.get("ownerReferences") or []
+        solid = [r for r in refs if self._solid(r.get("uid", ""))]
+        if solid:
+            if len(solid) != len(refs):
+                obj = entry.copy()
+                obj["metadata"]["ownerReferences"] = solid
+                self._gc_write(res, storage, key, obj)
+            return 0
+        if meta.get("deletionTimestamp"):
+            return 0  # already going (a second DELETE would only re-state its finalizers)
+        finalizers = meta.get("finalizers") or []
+        if waited_on and meta["uid"] in self._owners:
+            policy = "Foreground"
+        elif ORPHAN_FINALIZER in finalizers:
+            policy = "Orphan"
+        elif FOREGROUND_FINALIZER in finalizers:
+            policy = "Foreground"
+        else:
+            policy = "Background"
+        try:
+            self.delete(res, meta.get("namespace"), meta["name"], propagation=policy)
+        except errors.APIError:
+            return 0
+        return 1
+
+    def _solid(self, uid: str) -> bool:
+        """An owner that exists and is not waiting for its dependents to go."""
+        storage_name = self._uids.get(uid)
+        return storage_name is not None and uid not in self._foreground
+
+    def _finalize_owner(self, storage_name: str, key: str) -> int:
+        """An owner deleted with a collector's finalizer: orphan its dependents, or delete
+        them first (``foregroundDeletion``), then drop the finalizer."""
+        storage = self.store.storages.get(storage_name)
+        entry = storage.get(key) if storage is not None else None
+        res = self._storage_resource.get(storage_name)
+        if entry is None or res is None or storage is None:
+            return 0
+        meta = entry.obj["metadata"]
+        finalizers = meta.get("finalizers") or []
+        uid = meta["uid"]
+        if not meta.get("deletionTimestamp"):
+            return 0
+        removed = 0
+        if ORPHAN_FINALIZER in finalizers:
+            # orphanDependents: each dependent loses its reference, then the finalizer goes.
+            for dep_res, dep_storage, dep_key, dep in self._dependents(
+                uid, self._owners.pop(uid, set())
+            ):
+                obj = dep.copy()
+                refs = [r for r in obj["metadata"]["ownerReferences"] if r.get("uid") != uid]
+                if refs:
+                    obj["metadata"]["ownerReferences"] = refs
+                else:
+                    obj["metadata"].pop("ownerReferences")
+                self._gc_write(dep_res, dep_storage, dep_key, obj)
+            self._drop_finalizer(res, storage, key, ORPHAN_FINALIZER)
+        elif FOREGROUND_FINALIZER in finalizers:
+            # processDeletingDependentsItem: every dependent is deleted; the owner waits only
+            # for those whose reference blocks its deletion.
+            self._foreground[uid] = (storage_name, key)
+            dependents = self._dependents(uid, self._owners.get(uid, set()))
+            for dep_res, dep_storage, dep_key, dep in dependents:
+                removed += self._collect(dep_res, dep_storage, dep_key, dep, waited_on=True)
+            blocking = [
+                dep
+                for _, _, _, dep in self._dependents(uid, self._owners.get(uid, set()))
+                if any(
+                    r.get("uid") == uid and r.get("blockOwnerDeletion")
+                    for r in dep.obj["metadata"].get("ownerReferences") or []
+                )
+            ]
+            if not blocking:
+                self._foreground.pop(uid, None)
+                self._drop_finalizer(res, storage, key, FOREGROUND_FINALIZER)
+        return removed
+
+    def _drop_finalizer(self, res: Resource, storage: Storage, key: str, name: str) -> None:
+        entry = storage.get(key)
+        if entry is None:
+            return
+        obj = entry.copy()
+        left = [f for f in obj["metadata"].get("finalizers") or [] if f != name]
+        if left:
+            obj["metadata"]["finalizers"] = left
+        else:
+            obj["metadata"].pop("finalizers", None)
+        self._gc_write(res, storage, key, obj)
+
+    def _gc_write(self, res: Resource, storage: Storage, key: str, obj: dict[str, Any]) -> None:
+        """The collector's update (a patch of metadata); a deleted object whose last finalizer
+        it removed is deleted as last stored (``ShouldDeleteDuringUpdate``)."""
+        meta = obj["metadata"]
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")
+        ):
+            self._remove(res, storage, key)
+            return
+        self.store.write(storage, key, obj)
 
     def _alive(self, uid: str) -> bool:
         return uid in self._uids
@@ -1338,8 +1550,10 @@ class Registry:
                     left += 1
                     if entry.obj["metadata"].get("deletionTimestamp"):
                         continue
-                    try:
-                        self.delete(res, namespace, entry.obj["metadata"]["name"])
+                    try:  # namespacedResourcesDeleter: DeleteCollection, Background
+                        self.delete(
+                            res, namespace, entry.obj["metadata"]["name"], propagation="Background"
+                        )
                     except errors.APIError:
                         continue
                     if storage.get(key) is None:
@@ -1447,6 +1661,7 @@ class Registry:
         """Whether ``background`` has something to do."""
         return bool(
             self.pending_gc
+            or self.pending_finalize
             or self.pending_crds
             or self.pending_crd_cleanups
             or self.disruption.pending

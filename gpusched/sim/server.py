@@ -499,6 +499,7 @@ class APIServer:
                 preconditions=options.get("preconditions"),
                 propagation=options.get("propagationPolicy") or "",
                 dry_run=dry_run or options.get("dryRun") == ["All"],
+                orphan_dependents=_orphan_dependents(options),
             )
             if isinstance(deleted, Entry):
                 return web.Response(body=deleted.raw, content_type=_JSON)
@@ -511,6 +512,8 @@ class APIServer:
                 query.get("labelSelector", ""),
                 query.get("fieldSelector", ""),
                 options.get("gracePeriodSeconds"),
+                propagation=options.get("propagationPolicy") or "",
+                orphan_dependents=_orphan_dependents(options),
             )
             return web.Response(body=_encode_list(deleted_list), content_type=_JSON)
         raise errors.method_not_allowed()
@@ -696,10 +699,20 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
         options["gracePeriodSeconds"] = grace
     if "propagationPolicy" in request.query:
         options["propagationPolicy"] = request.query["propagationPolicy"]
+    if "orphanDependents" in request.query:
+        options["orphanDependents"] = request.query["orphanDependents"] == "true"
     gp = options.get("gracePeriodSeconds")
     if gp is not None and not isinstance(gp, int):
         raise errors.bad_request("gracePeriodSeconds must be an integer")
     return options
+
+
+def _orphan_dependents(options: dict[str, Any]) -> bool | None:
+    """The deprecated ``orphanDependents`` option (a bool, or absent)."""
+    value = options.get("orphanDependents")
+    if value is not None and not isinstance(value, bool):
+        raise errors.bad_request("orphanDependents must be a boolean")
+    return value
 
 
 def _encode_list(result: ListResult) -> bytes:
