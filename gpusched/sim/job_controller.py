@@ -13,9 +13,10 @@ Two halves, as in Kubernetes:
   user selector only with ``manualSelector: true``, the template's pod spec), the immutable
   fields on update, ``/status``, and ``kubectl get jobs``'s columns.
 * :class:`JobController` plays kube-controller-manager's ``pkg/controller/job`` as an API
-  client (list/watch Jobs and their pods, create pods, ``/status`` PUTs conditional on the
-  resourceVersion): it keeps ``min(parallelism, completions - succeeded)`` pods active, each
-  made from the template with a controller ownerReference; counts Succeeded and Failed pods;
+  client on the :class:`~gpusched.kube.controller.Controller` base (list/watch Jobs and their
+  pods, create pods, ``/status`` PUTs conditional on the resourceVersion): it keeps
+  ``min(parallelism, completions - succeeded)`` pods active, each made from the template with
+  a controller ownerReference; counts Succeeded and Failed pods;
   replaces a failed pod after the controller's backoff (10 s doubling per failure since the
   last success, capped at 10 min, measured from the failure, on the injectable ``Clock``);
   sets ``startTime``, ``active``/``ready``/``terminating``/``succeeded``/``failed``, and ends
@@ -38,34 +39,34 @@ Cost: one queue entry per Job or owned-pod event; a sync is O(pods of the Job).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
-import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from gpusched.clock import Clock, RealClock
+from gpusched.clock import Clock
 from gpusched.kube.client import Kube, resource_path
-from gpusched.kube.errors import APIConflict, APIError, APINotFound
-from gpusched.kube.reflector import Reflector, object_key
+from gpusched.kube.controller import Controller
+from gpusched.kube.errors import APINotFound
+from gpusched.kube.reflector import object_key
+from gpusched.kube.workqueue import ItemExponentialRateLimiter
 from gpusched.sim import field, kinds
 from gpusched.sim.field import FieldError
 
 __all__ = [
+    "API_BACKOFF",
     "CONTROLLER_UID_LABEL",
     "DEFAULT_BACKOFF",
     "GROUP",
     "JOB_NAME_LABEL",
+    "MAX_API_BACKOFF",
     "MAX_BACKOFF",
     "JobController",
     "JobStrategy",
     "job_condition",
     "pod_backoff",
 ]
-
-log = logging.getLogger(__name__)
 
 GROUP: Final = "batch"
 CONTROLLER_UID_LABEL: Final = "batch.kubernetes.io/controller-uid"
@@ -76,6 +77,10 @@ DEFAULT_BACKOFF: Final = 10.0
 """``DefaultJobPodFailureBackOff``: the delay before replacing the first failed pod."""
 MAX_BACKOFF: Final = 600.0
 """``MaxJobPodFailureBackOff``: the doubling stops here."""
+API_BACKOFF: Final = 1.0
+"""``DefaultJobApiBackOff``: the first retry of a Job whose sync failed on an API error."""
+MAX_API_BACKOFF: Final = 60.0
+"""``MaxJobApiBackOff``."""
 _TERMINAL: Final = ("Succeeded", "Failed")
 
 
@@ -393,50 +398,32 @@ def _ready(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-class JobController:
-    """``await run()`` until cancelled; ``synced`` is set once Jobs and pods are listed."""
+class JobController(Controller):
+    """``await run()`` until cancelled; ``synced`` is set once Jobs and pods are listed.
+
+    Its queue retries API errors as upstream's does (``DefaultJobApiBackOff`` 1 s doubling to
+    ``MaxJobApiBackOff`` 1 min); a 409 syncs the Job again at once."""
 
     def __init__(self, kube: Kube, clock: Clock | None = None) -> None:
-        self.kube = kube
-        self.clock = clock or RealClock()
-        self.jobs = Reflector(
-            kube,
-            resource_path(GROUP, "v1", "jobs"),
-            handler=self._on_job,
-            clock=self.clock,
-            name="job/jobs",
+        super().__init__(
+            "job",
+            clock=clock,
+            rate_limiter=ItemExponentialRateLimiter(API_BACKOFF, MAX_API_BACKOFF),
         )
-        self.pods = Reflector(
+        self.kube = kube
+        self.jobs = self.informer(
+            kube, resource_path(GROUP, "v1", "jobs"), self._on_job, name="jobs"
+        )
+        self.pods = self.informer(
             kube,
             resource_path("", "v1", "pods"),
-            handler=self._on_pod,
+            self._on_pod,
             label_selector=CONTROLLER_UID_LABEL,
-            clock=self.clock,
-            name="job/pods",
+            name="pods",
         )
-        self.synced = asyncio.Event()
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
         self._by_uid: dict[str, str] = {}  # job uid -> key
         self._expected: dict[str, set[str]] = {}  # job uid -> names created, not yet seen
-        self._timers: dict[str, asyncio.Task[None]] = {}
         self.created = 0
-
-    async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self.jobs.run(), name="job-jobs"),
-            asyncio.create_task(self.pods.run(), name="job-pods"),
-            asyncio.create_task(self._worker(), name="job-worker"),
-        ]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            tasks.extend(self._timers.values())
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
 
     # ------------------------------------------------------------------ events
 
@@ -447,7 +434,7 @@ class JobController:
             self._expected.pop(uid, None)
             return
         self._by_uid[uid] = key
-        self._enqueue(key)
+        self.queue.add(key)
 
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         uid = _owner_uid(pod)
@@ -456,42 +443,11 @@ class JobController:
             expected.discard(pod["metadata"]["name"])
         key = self._by_uid.get(uid)
         if key is not None:
-            self._enqueue(key)
-
-    def _enqueue(self, key: str) -> None:
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
-
-    def _enqueue_after(self, key: str, delay: float) -> None:
-        if key in self._timers and not self._timers[key].done():
-            return
-
-        async def later() -> None:
-            await self.clock.sleep(delay)
-            self._timers.pop(key, None)
-            self._enqueue(key)
-
-        self._timers[key] = asyncio.create_task(later(), name=f"job-backoff-{key}")
-
-    async def _worker(self) -> None:
-        await self.jobs.synced.wait()
-        await self.pods.synced.wait()
-        self.synced.set()
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            try:
-                await self._sync(key)
-            except APIConflict:
-                self._enqueue(key)
-            except APIError as exc:
-                log.warning("job controller: %s: %s; retrying", key, exc)
-                self._enqueue_after(key, 1.0)
+            self.queue.add(key)
 
     # ------------------------------------------------------------------ sync
 
-    async def _sync(self, key: str) -> None:
+    async def sync(self, key: str) -> None:
         job = self.jobs.items.get(key)
         if job is None:
             return
@@ -581,7 +537,7 @@ class JobController:
             if need > 0:
                 delay = self._backoff_left(succeeded, failed, now)
                 if delay > 0:
-                    self._enqueue_after(key, delay)
+                    self.queue.add_after(key, delay)
                 else:
                     for _ in range(need):
                         pod = await self._create_pod(job)

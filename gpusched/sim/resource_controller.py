@@ -1,8 +1,9 @@
 """The resourceclaim controller of kube-controller-manager, played by the simulation.
 
 In a real cluster ``pkg/controller/resourceclaim/controller.go`` does this; the simulated
-cluster runs :class:`ResourceClaimController` as an ordinary API client (list/watch, create,
-``/status`` updates, DELETE with a uid precondition), as it runs the kubelets:
+cluster runs :class:`ResourceClaimController` as an ordinary API client on the
+:class:`~gpusched.kube.controller.Controller` base (list/watch, create, ``/status`` updates,
+DELETE with a uid precondition), as it runs the kubelets:
 
 * **claims from templates**: for each entry of a pod's ``spec.resourceClaims`` that names a
   ``resourceClaimTemplateName``, it creates a ResourceClaim from the template (the template's
@@ -29,19 +30,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from gpusched.clock import Clock, RealClock
+from gpusched.clock import Clock
 from gpusched.kube.client import Kube, resource_path
-from gpusched.kube.errors import APIConflict, APIError, APINotFound
-from gpusched.kube.reflector import Reflector, object_key
+from gpusched.kube.controller import Controller
+from gpusched.kube.errors import APIConflict, APINotFound
+from gpusched.kube.reflector import object_key
+from gpusched.kube.workqueue import ItemExponentialRateLimiter
 from gpusched.sim.resource import DELETE_PROTECTION_FINALIZER, GROUP
 
 __all__ = ["POD_CLAIM_NAME_ANNOTATION", "ResourceClaimController", "generate_name", "is_pod_done"]
-
-log = logging.getLogger(__name__)
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 _MAX_BASE_LEN: Final = 57  # 63 - len("-") - 5 random characters
@@ -79,61 +79,36 @@ def _owning_pod(claim: Mapping[str, Any]) -> tuple[str, str]:
     return "", ""
 
 
-class ResourceClaimController:
-    """``await run()`` until cancelled; ``synced`` is set once claims are listed."""
+class ResourceClaimController(Controller):
+    """``await run()`` until cancelled; ``synced`` is set once claims and templates are listed.
+
+    Queue items are ``pod:<key>`` and ``claim:<key>``. A failed sync (a 409 included) is
+    retried after 0.1 s doubling to 10 s per item, without holding up the others."""
+
+    conflicts_at_once = False
 
     def __init__(self, kube: Kube, clock: Clock | None = None) -> None:
+        limiter = ItemExponentialRateLimiter(_RETRY_INITIAL, _RETRY_MAX)
+        super().__init__("resourceclaim", clock=clock, rate_limiter=limiter)
         self.kube = kube
-        self.clock = clock or RealClock()
-        self.claims = Reflector(
-            kube,
-            resource_path(GROUP, "v1", "resourceclaims"),
-            handler=self._on_claim,
-            clock=self.clock,
-            name="resourceclaim/claims",
+        self.claims = self.informer(
+            kube, resource_path(GROUP, "v1", "resourceclaims"), self._on_claim, name="claims"
         )
-        self.templates = Reflector(
+        self.templates = self.informer(
             kube,
             resource_path(GROUP, "v1", "resourceclaimtemplates"),
-            handler=self._on_template,
-            clock=self.clock,
-            name="resourceclaim/templates",
+            self._on_template,
+            name="templates",
         )
-        self.pods = Reflector(
-            kube,
-            resource_path("", "v1", "pods"),
-            handler=self._on_pod,
-            clock=self.clock,
-            name="resourceclaim/pods",
+        self.pods = self.informer(
+            kube, resource_path("", "v1", "pods"), self._on_pod, name="pods", start=False
         )
+        self.background("pods", self._pods_when_needed)
         self._pods_wanted = asyncio.Event()
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
         self._by_pod_uid: dict[str, set[str]] = {}  # reserved or owning pod uid -> claim keys
         self._created: dict[tuple[str, str], str] = {}  # (pod uid, entry) -> claim made
-        self._failures: dict[str, int] = {}  # queue item -> failed syncs in a row
-        self._retries: set[asyncio.Task[None]] = set()
         self.created = 0
         self.deleted = 0
-
-    # ------------------------------------------------------------------ lifecycle
-
-    async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self.claims.run(), name="resourceclaim-claims"),
-            asyncio.create_task(self.templates.run(), name="resourceclaim-templates"),
-            asyncio.create_task(self._pods_when_needed(), name="resourceclaim-pods"),
-            asyncio.create_task(self._worker(), name="resourceclaim-worker"),
-        ]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            tasks.extend(self._retries)
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
 
     async def _pods_when_needed(self) -> None:
         await self._pods_wanted.wait()
@@ -150,7 +125,7 @@ class ResourceClaimController:
             namespace = obj["metadata"].get("namespace")
             for key, pod in self.pods.items.items():
                 if pod["metadata"].get("namespace") == namespace:
-                    self._enqueue("pod", key)
+                    self.queue.add(f"pod:{key}")
 
     def _on_claim(self, kind: str, claim: dict[str, Any], old: dict[str, Any] | None) -> None:
         self._want_pods()
@@ -165,7 +140,7 @@ class ResourceClaimController:
         for uid in after:
             self._by_pod_uid.setdefault(uid, set()).add(key)
         if kind != "DELETED":
-            self._enqueue("claim", key)
+            self.queue.add(f"claim:{key}")
 
     @staticmethod
     def _pod_uids(claim: Mapping[str, Any]) -> set[str]:
@@ -182,47 +157,20 @@ class ResourceClaimController:
     def _on_pod(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = object_key(pod)
         if kind != "DELETED":
-            self._enqueue("pod", key)
+            self.queue.add(f"pod:{key}")
         else:
             uid = pod["metadata"].get("uid", "")
             for made in [k for k in self._created if k[0] == uid]:
                 del self._created[made]
         for claim in self._by_pod_uid.get(pod["metadata"].get("uid", ""), set()).copy():
-            self._enqueue("claim", claim)
+            self.queue.add(f"claim:{claim}")
 
-    def _enqueue(self, kind: str, key: str) -> None:
-        item = f"{kind}:{key}"
-        if item not in self._queued:
-            self._queued.add(item)
-            self._queue.put_nowait(item)
-
-    async def _worker(self) -> None:
-        while True:
-            item = await self._queue.get()
-            self._queued.discard(item)
-            kind, _, key = item.partition(":")
-            try:
-                if kind == "pod":
-                    await self._sync_pod(key)
-                else:
-                    await self._sync_claim(key)
-                self._failures.pop(item, None)
-            except APIError as exc:
-                # Requeue later with exponential backoff (client-go's rate-limited queue),
-                # without holding up the other items.
-                failures = self._failures.get(item, 0)
-                self._failures[item] = failures + 1
-                delay = min(_RETRY_INITIAL * 2**failures, _RETRY_MAX)
-                log.info("resourceclaim controller: %s: %s; retrying in %.1fs", item, exc, delay)
-                task = asyncio.create_task(
-                    self._retry(kind, key, delay), name="resourceclaim-retry"
-                )
-                self._retries.add(task)
-                task.add_done_callback(self._retries.discard)
-
-    async def _retry(self, kind: str, key: str, delay: float) -> None:
-        await self.clock.sleep(delay)
-        self._enqueue(kind, key)
+    async def sync(self, key: str) -> None:
+        kind, _, name = key.partition(":")
+        if kind == "pod":
+            await self._sync_pod(name)
+        else:
+            await self._sync_claim(name)
 
     # ------------------------------------------------------------------ pods
 
@@ -328,7 +276,7 @@ class ResourceClaimController:
         if claim is None or not self.pods.synced.is_set():
             if claim is not None:
                 await self.pods.synced.wait()
-                self._enqueue("claim", key)
+                self.queue.add(f"claim:{key}")
             return
         meta = claim["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]

@@ -1,20 +1,22 @@
 """``gpusched controller``: reconciles GPUWorkloads into Jobs whose pods gpusched schedules.
 
-The I/O around :func:`gpusched.workloads.manager.reconcile`: informers (list + watch) on
-GPUWorkloads, on Jobs labelled ``gpu.warp.dev/workload`` and on their pods; one queue of
-workload keys, one worker; per workload it creates the planned Job (a 409 means a previous run
-made it: Job names are ``<workload>-<attempt>``, so a restarted controller finds its Jobs by
-label and owner and never starts an attempt twice), writes the status with a ``PUT
-/status`` that carries the resourceVersion it read (a 409 re-reads and reconciles again),
-records the Events through gpusched's :class:`~gpusched.events.EventRecorder` and sleeps on
-its ``Clock`` until a retry is due. After creating a Job it waits for the informer to show it
-(an *expectation*, as kube-controller-manager's controllers keep) before it reconciles that
-workload again.
+The I/O around :func:`gpusched.workloads.manager.reconcile`, on the
+:class:`~gpusched.kube.controller.Controller` base: informers (list + watch) on GPUWorkloads,
+on Jobs labelled ``gpu.warp.dev/workload`` and on their pods; one queue of workload keys, one
+worker; per workload it creates the planned Job (a 409 means a previous run made it: Job
+names are ``<workload>-<attempt>``, so a restarted controller finds its Jobs by label and
+owner and never starts an attempt twice), writes the status with a ``PUT /status`` that
+carries the resourceVersion it read (a 409 re-reads and reconciles again), records the Events
+through gpusched's :class:`~gpusched.events.EventRecorder` and requeues the key for when a
+retry is due (``add_after`` on its ``Clock``). After creating a Job it waits for the informer
+to show it (an *expectation*, as kube-controller-manager's controllers keep) before it
+reconciles that workload again.
 
 Metrics (own registry, served by ``gpusched controller`` on ``/metrics``), named like
 kube-controller-manager's: ``gpusched_workloads_scheduled_total{strategy}``,
 ``gpusched_workloads_failed_total{reason}``, ``gpusched_workloads_retries_total`` and
-``gpusched_workloads_reconcile_duration_seconds{result}``.
+``gpusched_workloads_reconcile_duration_seconds{result}``; and client-go's ``workqueue_*``
+metrics of its queue (``name="gpuworkload"``).
 
 Cost: the pod informer holds only the workloads' pods (a label selector); a reconcile is
 O(Jobs and pods of the workload).
@@ -22,22 +24,21 @@ O(Jobs and pods of the workload).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import logging
 import random
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from gpusched.clock import Clock, RealClock
+from gpusched.clock import Clock
 from gpusched.events import EventRecorder
 from gpusched.kube.client import Kube, resource_path
-from gpusched.kube.errors import APIConflict, APIError, APINotFound
-from gpusched.kube.reflector import Reflector, object_key
+from gpusched.kube.controller import Controller
+from gpusched.kube.errors import APIConflict, APINotFound
+from gpusched.kube.reflector import object_key
+from gpusched.kube.workqueue import ItemExponentialRateLimiter, WorkqueueMetrics
 from gpusched.workloads.manager import (
     GROUP,
     PLURAL,
@@ -53,6 +54,10 @@ __all__ = ["WorkloadController", "WorkloadMetrics"]
 log = logging.getLogger(__name__)
 
 _RECONCILE_BUCKETS = tuple(0.0005 * 2**i for i in range(16))
+API_RETRY = 5.0
+"""Seconds before a workload whose reconcile failed on an API error is reconciled again."""
+MAX_API_RETRY = 300.0
+"""The doubling of ``API_RETRY`` per failure in a row stops here."""
 
 
 class WorkloadMetrics:
@@ -84,6 +89,8 @@ class WorkloadMetrics:
             buckets=_RECONCILE_BUCKETS,
             registry=self.registry,
         )
+        self.workqueue = WorkqueueMetrics(self.registry)
+        """client-go's ``workqueue_*`` metrics of the controller's queue (name gpuworkload)."""
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -94,8 +101,11 @@ def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     return any(r.get("uid") == uid and r.get("controller") for r in refs)
 
 
-class WorkloadController:
-    """``await run()`` until cancelled; ``synced`` is set once the informers have listed."""
+class WorkloadController(Controller):
+    """``await run()`` until cancelled; ``synced`` is set once the informers have listed.
+
+    API errors are retried rate-limited per workload (5 s doubling to 5 min); a 409 reconciles
+    again at once."""
 
     def __init__(
         self,
@@ -108,60 +118,41 @@ class WorkloadController:
         metrics: WorkloadMetrics | None = None,
         rng: random.Random | None = None,
     ) -> None:
+        self.metrics = metrics or WorkloadMetrics()
+        super().__init__(
+            "gpuworkload",
+            clock=clock,
+            rate_limiter=ItemExponentialRateLimiter(API_RETRY, MAX_API_RETRY),
+            metrics=self.metrics.workqueue,
+        )
         self.kube = kube
-        self.clock = clock or RealClock()
         self.settings = settings or Settings()
         self.recorder = recorder or EventRecorder(kube, self.clock, component="gpusched-controller")
-        self.metrics = metrics or WorkloadMetrics()
         self.rng = rng or random.Random()
-        self.workloads = Reflector(
+        self.workloads = self.informer(
             kube,
             resource_path(GROUP, VERSION, PLURAL, namespace),
-            handler=self._on_workload,
-            clock=self.clock,
-            name="workloads/gpuworkloads",
+            self._on_workload,
+            name="gpuworkloads",
         )
-        self.jobs = Reflector(
+        self.jobs = self.informer(
             kube,
             resource_path("batch", "v1", "jobs", namespace),
-            handler=self._on_child,
+            self._on_child,
             label_selector=WORKLOAD_LABEL,
-            clock=self.clock,
-            name="workloads/jobs",
+            name="jobs",
         )
-        self.pods = Reflector(
+        self.pods = self.informer(
             kube,
             resource_path("", "v1", "pods", namespace),
-            handler=self._on_child,
+            self._on_child,
             label_selector=WORKLOAD_LABEL,
-            clock=self.clock,
-            name="workloads/pods",
+            name="pods",
         )
-        self.synced = asyncio.Event()
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
-        self._timers: dict[str, asyncio.Task[None]] = {}
+        self.background("events", self.recorder.run)
         self._expected: dict[str, str] = {}  # workload key -> Job created, not yet seen
         self._written: dict[str, tuple[str, dict[str, Any]]] = {}  # key -> (rv read, written)
         self.reconciles = 0
-
-    async def run(self) -> None:
-        tasks = [
-            asyncio.create_task(self.workloads.run(), name="workloads-gpuworkloads"),
-            asyncio.create_task(self.jobs.run(), name="workloads-jobs"),
-            asyncio.create_task(self.pods.run(), name="workloads-pods"),
-            asyncio.create_task(self.recorder.run(), name="workloads-events"),
-            asyncio.create_task(self._worker(), name="workloads-worker"),
-        ]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            tasks.extend(self._timers.values())
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
 
     # ------------------------------------------------------------------ events
 
@@ -171,7 +162,7 @@ class WorkloadController:
             self._expected.pop(key, None)
             self._written.pop(key, None)
             return
-        self._enqueue(key)
+        self.queue.add(key)
 
     def _on_child(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         meta = obj["metadata"]
@@ -181,44 +172,10 @@ class WorkloadController:
         key = f"{meta.get('namespace')}/{name}"
         if self._expected.get(key) == meta.get("name"):
             del self._expected[key]
-        self._enqueue(key)
+        self.queue.add(key)
 
-    def _enqueue(self, key: str) -> None:
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
-
-    def _enqueue_after(self, key: str, delay: float) -> None:
-        timer = self._timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
-
-        async def later() -> None:
-            await self.clock.sleep(delay)
-            self._timers.pop(key, None)
-            self._enqueue(key)
-
-        self._timers[key] = asyncio.create_task(later(), name=f"workload-retry-{key}")
-
-    async def _worker(self) -> None:
-        for reflector in (self.workloads, self.jobs, self.pods):
-            await reflector.synced.wait()
-        self.synced.set()
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            started = time.perf_counter()
-            result = "success"
-            try:
-                await self.sync(key)
-            except APIConflict:
-                result = "conflict"
-                self._enqueue(key)
-            except APIError as exc:
-                result = "error"
-                log.warning("controller: %s: %s; retrying in 5s", key, exc)
-                self._enqueue_after(key, 5.0)
-            self.metrics.reconcile_duration.labels(result).observe(time.perf_counter() - started)
+    def observe(self, key: str, result: str, seconds: float) -> None:
+        self.metrics.reconcile_duration.labels(result).observe(seconds)
 
     # ------------------------------------------------------------------ reconcile
 
@@ -254,7 +211,7 @@ class WorkloadController:
         await self._write_status(key, workload, plan)
         self._record(workload, plan)
         if plan.requeue_after is not None:
-            self._enqueue_after(key, plan.requeue_after)
+            self.queue.add_after(key, plan.requeue_after)
         log.debug("controller: %s: phase %s", name, plan.status.get("phase"))
 
     async def _create_job(self, key: str, job: dict[str, Any]) -> None:
