@@ -174,7 +174,8 @@ class Controller:
             await self.process(key)
 
     async def process(self, key: str) -> None:
-        """One sync of ``key`` (handed out by ``queue.get()``), its retry and ``done``."""
+        """One sync of ``key`` (handed out by ``queue.get()``), its retry and ``done``. A sync
+        cancelled (``run()`` stopping) is not done: the next ``run()`` syncs the key again."""
         started = time.perf_counter()
         result = "error"
         try:
@@ -188,12 +189,16 @@ class Controller:
                 self.queue.add(key)
         except APIError as exc:
             self._retry(key, exc)
+        except asyncio.CancelledError:
+            result = ""
+            raise
         else:
             result = "success"
             self.queue.forget(key)
         finally:
-            self.queue.done(key)
-            self.observe(key, result, time.perf_counter() - started)
+            if result:
+                self.queue.done(key)
+                self.observe(key, result, time.perf_counter() - started)
 
     def _retry(self, key: str, exc: APIError) -> None:
         delay = self.queue.add_rate_limited(key)
