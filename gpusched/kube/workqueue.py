@@ -242,6 +242,9 @@ class WorkQueue(Generic[T]):
         self._timer_at = 0.0
         self.metrics = metrics
         if metrics is not None:
+            for family in (metrics.adds, metrics.retries, metrics.queue_duration):
+                family.labels(name)  # every series from the start, at 0
+            metrics.work_duration.labels(name)
             metrics.depth.labels(name).set_function(lambda: len(self._queue))
             metrics.unfinished.labels(name).set_function(self._unfinished)
             metrics.longest.labels(name).set_function(self._longest)

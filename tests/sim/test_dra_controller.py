@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from policy_helpers import NS, PODS, wait_for
 
+from gpusched.clock import FakeClock
 from gpusched.kube.client import Kube
 from gpusched.kube.errors import APINotFound
 from gpusched.sim import SimCluster
+from gpusched.sim.faults import FaultRule
 from gpusched.sim.resource import DELETE_PROTECTION_FINALIZER
 from gpusched.sim.resource_controller import POD_CLAIM_NAME_ANNOTATION, generate_name
 
@@ -225,3 +227,29 @@ async def test_an_allocated_claim_never_reserved_is_deallocated_when_deleted(kub
     assert allocated["status"]["allocation"]
     await kube.delete(f"{CLAIMS}/unused")
     await wait_gone(kube, f"{CLAIMS}/unused")
+
+
+async def test_api_errors_are_retried_per_item_after_0_1s_doubling() -> None:
+    """The controller's queue (gpusched.kube.controller) retries the pod whose claim could not
+    be created after 0.1 s, then 0.2 s, and forgets it once synced."""
+    clock = FakeClock()
+    async with SimCluster(None, kubelets=False, resource_claims=True, clock=clock) as sim:
+        controller = sim.resource_claims
+        assert controller is not None
+        await template(sim.kube)
+        sim.faults.set([FaultRule("create", "resourceclaims", 1.0, 500)])
+        await sim.kube.create(PODS, pod("p", resourceClaimTemplateName="one-gpu"))
+        item = f"pod:{NS}/p"
+        for tries, delay in ((1, 0.1), (2, 0.2)):
+            async with asyncio.timeout(10):
+                while True:  # failed, and the retry is timed
+                    if controller.queue.num_requeues(item) == tries and clock.sleepers:
+                        break
+                    await asyncio.sleep(0.01)
+            assert sim.faults.injected[("create", 500)] == tries
+            if tries == 2:
+                sim.faults.set([])
+            await clock.advance(delay)
+        await claim_of(sim.kube, "p")
+        assert controller.queue.num_requeues(item) == 0
+        assert controller.created == 1

@@ -22,6 +22,7 @@ from gpusched.clock import FakeClock
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIError
 from gpusched.sim import SimCluster
+from gpusched.sim.faults import FaultRule
 from gpusched.sim.job_controller import (
     CONTROLLER_UID_LABEL,
     JOB_NAME_LABEL,
@@ -327,3 +328,32 @@ async def test_deleting_a_job_deletes_its_pods(
     await sim.kube.delete(f"{JOBS}/train", copy.deepcopy(options))
     await until(sim.kube, PODS, lambda ps: not ps)
     assert not await until(sim.kube, JOBS, lambda js: True)
+
+
+async def test_api_errors_are_retried_as_upstream_after_1s_then_2s(
+    cluster: tuple[SimCluster, FakeClock],
+) -> None:
+    """The controller's queue (gpusched.kube.controller) retries a Job whose sync failed on an
+    API error after ``DefaultJobApiBackOff`` (1 s), doubling, and forgets it once synced."""
+    sim, clock = cluster
+    assert sim.jobs is not None
+    queue = sim.jobs.queue
+    sim.faults.set([FaultRule("create", "pods", 1.0, 500)])
+    await sim.kube.create(JOBS, job())
+    key = f"{NS}/train"
+    for tries, delay in ((1, 1.0), (2, 2.0)):
+        async with asyncio.timeout(WAIT):
+            while True:  # failed, and the retry is timed
+                if queue.num_requeues(key) == tries and clock.sleepers:
+                    break
+                await asyncio.sleep(0.01)
+        assert sim.faults.injected[("create", 500)] == tries
+        await clock.advance(delay - 0.1)
+        await asyncio.sleep(0.1)
+        assert sim.faults.injected[("create", 500)] == tries  # not before its time
+        if tries == 2:
+            sim.faults.set([])
+        await clock.advance(0.1)
+    await until(sim.kube, PODS, lambda ps: len(ps) == 1)
+    await job_until(sim.kube, "train", lambda j: j["status"].get("active") == 1)
+    assert queue.num_requeues(key) == 0

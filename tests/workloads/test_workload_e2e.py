@@ -315,3 +315,14 @@ async def test_the_shipped_rbac_is_enough() -> None:
         assert "Succeeded" in await world.reasons("least")
         await world.kube.delete(f"{WORKLOADS}/least")
         await world.until(JOBS, lambda js: not js)
+
+
+async def test_the_controller_queue_has_client_go_workqueue_metrics(world: World) -> None:
+    await world.kube.create(WORKLOADS, workload("metered"))
+    await world.workload("metered", lambda w: _phase(w) == "Running")
+    metrics = world.controller.metrics
+    labels = {"name": "gpuworkload"}
+    for name in ("workqueue_adds_total", "workqueue_work_duration_seconds_count"):
+        assert (metrics.registry.get_sample_value(name, labels) or 0) >= 1, name
+    assert metrics.registry.get_sample_value("workqueue_depth", labels) is not None
+    assert b'workqueue_retries_total{name="gpuworkload"}' in metrics.render()
