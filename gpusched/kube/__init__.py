@@ -5,6 +5,8 @@
   and connection pooling are the client's; bodies stay plain dicts, which is several times
   faster than its generated models on list and watch hot paths), and kubeconfig loading.
 - ``reflector`` list-then-watch with resume, 410 re-list and reconnect backoff.
+- ``workqueue`` client-go's rate-limited delaying work queue and its ``workqueue_*`` metrics.
+- ``controller`` the run loop of gpusched's controllers: informers, workers, retries.
 """
 
 from gpusched.kube.client import Kube, connect
