@@ -301,7 +301,7 @@ class WorkQueue(Generic[T]):
         if item in self._dirty:
             self._queue.append(item)
             self._wake_one()
-        elif not self._processing and self._drained is not None:
+        if not self._processing and self._drained is not None:
             self._drained.set()
 
     def _wake_one(self) -> None:
@@ -402,7 +402,7 @@ class WorkQueue(Generic[T]):
     async def _fire(self, due: float) -> None:
         await self.clock.sleep_until(due)
         self._timer = None
-        now = self.clock.monotonic()
+        now = max(self.clock.monotonic(), due)  # not a float's rounding short of it
         while (head := self._head()) is not None and head <= now:
             _, _, item = heapq.heappop(self._heap)
             del self._waiting[item]
