@@ -37,7 +37,7 @@ import itertools
 import random
 from collections import deque
 from collections.abc import Hashable
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -208,6 +208,16 @@ class WorkqueueMetrics:
         )
 
 
+class _Series(NamedTuple):
+    """One queue's children of the metric families (``labels()`` is a dict lookup and a lock:
+    done once)."""
+
+    adds: Counter
+    retries: Counter
+    queue_duration: Histogram
+    work_duration: Histogram
+
+
 # =============================================================================================
 # The queue
 # =============================================================================================
@@ -241,10 +251,14 @@ class WorkQueue(Generic[T]):
         self._timer: asyncio.Task[None] | None = None
         self._timer_at = 0.0
         self.metrics = metrics
-        if metrics is not None:
-            for family in (metrics.adds, metrics.retries, metrics.queue_duration):
-                family.labels(name)  # every series from the start, at 0
-            metrics.work_duration.labels(name)
+        self._series: _Series | None = None
+        if metrics is not None:  # every series from the start (at 0), looked up once
+            self._series = _Series(
+                metrics.adds.labels(name),
+                metrics.retries.labels(name),
+                metrics.queue_duration.labels(name),
+                metrics.work_duration.labels(name),
+            )
             metrics.depth.labels(name).set_function(lambda: len(self._queue))
             metrics.unfinished.labels(name).set_function(self._unfinished)
             metrics.longest.labels(name).set_function(self._longest)
@@ -255,8 +269,8 @@ class WorkQueue(Generic[T]):
         """Mark ``item`` as needing processing (once, however often it is added)."""
         if self._shutting_down or item in self._dirty:
             return
-        if self.metrics is not None:
-            self.metrics.adds.labels(self.name).inc()
+        if self._series is not None:
+            self._series.adds.inc()
             self._added[item] = self.clock.monotonic()
         self._dirty.add(item)
         if item in self._processing:
@@ -288,16 +302,15 @@ class WorkQueue(Generic[T]):
         now = self.clock.monotonic()
         self._processing[item] = now
         self._dirty.discard(item)
-        if self.metrics is not None:
-            added = self._added.pop(item, now)
-            self.metrics.queue_duration.labels(self.name).observe(now - added)
+        if self._series is not None:
+            self._series.queue_duration.observe(now - self._added.pop(item, now))
         return item
 
     def done(self, item: T) -> None:
         """``item`` is processed; if it was added meanwhile, it is queued again."""
         started = self._processing.pop(item, None)
-        if started is not None and self.metrics is not None:
-            self.metrics.work_duration.labels(self.name).observe(self.clock.monotonic() - started)
+        if started is not None and self._series is not None:
+            self._series.work_duration.observe(self.clock.monotonic() - started)
         if item in self._dirty:
             self._queue.append(item)
             self._wake_one()
@@ -355,8 +368,8 @@ class WorkQueue(Generic[T]):
         already); counted in ``workqueue_retries_total`` as client-go counts it."""
         if self._shutting_down:
             return
-        if self.metrics is not None:
-            self.metrics.retries.labels(self.name).inc()
+        if self._series is not None:
+            self._series.retries.inc()
         if seconds <= 0:
             self.add(item)
             return
