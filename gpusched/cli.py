@@ -503,6 +503,7 @@ def _sim(args: argparse.Namespace) -> int:
     if args.sim_command == "report":
         return _sim_report(args)
     if args.sim_command == "run":
+        _check_run_files(args)
         return asyncio.run(_run(args))
     if args.sim_command == "fleet":
         return asyncio.run(_fleet(args))
@@ -647,8 +648,6 @@ async def _run(args: argparse.Namespace) -> int:
         workload = load_workload(args.workload)
     except WorkloadError as exc:
         raise UsageError(str(exc)) from None
-    if args.report is not None:
-        _require_plotting("--report")
     try:
         await run_workload(
             spec,
@@ -662,6 +661,15 @@ async def _run(args: argparse.Namespace) -> int:
     except RegistryError as exc:  # an installed plugin package that does not load
         raise UsageError(str(exc)) from None
     return 0
+
+
+def _check_run_files(args: argparse.Namespace) -> None:
+    """Fail before a long run, not after it, on a file ``sim run`` could not write."""
+    for flag, path in (("--output", args.output), ("--report", args.report)):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise UsageError(f"{flag} {path}: no such directory {Path(path).parent}")
+    if args.report is not None:
+        _require_plotting("--report")
 
 
 def _require_plotting(flag: str) -> None:

@@ -24,6 +24,11 @@ tell the summary, per kind, how many claim pods bound and how many got their cla
 to them (GpuClaim ``status.phase: Allocated`` naming the pod; ResourceClaim
 ``status.allocation`` and ``reservedFor`` the pod); a DRA pod's GPUs count towards utilisation
 from its claim's allocation.
+
+Recorded for ``--output run.json`` and ``--report`` (:mod:`gpusched.sim.report`): from the same
+pod watch, each pod's start and finish times, the distinct ``PodScheduled=False`` messages it
+was given, its last object once deleted, and a DRA pod's GPU indices from its claim; O(1) a
+pod event, the records built once at the end, only when asked for.
 """
 
 from __future__ import annotations
@@ -454,7 +459,11 @@ async def run_workload(
             if report.claim_pods["gpuclaim"]:
                 report.gpuclaims_left = await observer.claims_left(wait=5.0)
             _count_shapes(report, observer, devices)
-            run = _run_file(report, observer, spec, workload, fleet, start, started_at)
+            run = (
+                _run_file(report, observer, spec, workload, fleet, start, started_at)
+                if output is not None or html is not None
+                else None
+            )
         finally:
             for t in tasks:
                 t.cancel()
@@ -463,10 +472,10 @@ async def run_workload(
                 await asyncio.gather(replayer, return_exceptions=True)
             await asyncio.gather(*tasks, return_exceptions=True)
     print(summary(report, spec, workload), file=out, flush=True)
-    if output is not None:
+    if run is not None and output is not None:
         write_run(run, output)
         print(f"wrote {output}", file=out, flush=True)
-    if html is not None:
+    if run is not None and html is not None:
         write_report(run, html)
         print(f"wrote {html}", file=out, flush=True)
     return report

@@ -307,6 +307,10 @@ def test_sim_report_remakes_the_page_and_writes_pngs(
     ("argv", "message"),
     [
         (["sim", "report", "run.json"], "nothing to write: give -o REPORT.html and/or --png DIR"),
+        (
+            ["sim", "run", "--output", "no/such/dir/run.json"],
+            "--output no/such/dir/run.json: no such directory no/such/dir",
+        ),
         (["sim", "report", "missing.json", "-o", "r.html"], "missing.json: [Errno 2]"),
     ],
 )
