@@ -529,7 +529,9 @@ def _draw_latency(fig: Figure, ax: Axes, run: RunFile) -> None:
     if not values:
         ax.text(0.5, 0.5, "no pod bound", ha="center", va="center", transform=ax.transAxes)
     else:
-        edges = _histogram_edges(min(values), max(values))
+        edges, log = _histogram_edges(min(values), max(values))
+        if log:
+            ax.set_xscale("log")
         for i, (label, latencies) in enumerate(groups.items()):
             ms = [v * 1000 for v in latencies]
             ax.hist(
@@ -548,11 +550,16 @@ def _draw_latency(fig: Figure, ax: Axes, run: RunFile) -> None:
     ax.set_title("Scheduling latency per priority")
 
 
-def _histogram_edges(low: float, high: float, count: int = 40) -> list[float]:
+def _histogram_edges(low: float, high: float, count: int = 40) -> tuple[list[float], bool]:
+    """Bin edges over [low, high] and whether they are logarithmic (a range over 100x: binds
+    in milliseconds and waits of seconds in one picture)."""
     if high <= low:
-        return [low - 0.5, high + 0.5]
+        return [low - 0.5, high + 0.5], False
+    if low > 0 and high / low > 100:
+        ratio = (high / low) ** (1 / count)
+        return [low * ratio**i for i in range(count + 1)], True
     step = (high - low) / count
-    return [low + i * step for i in range(count + 1)]
+    return [low + i * step for i in range(count + 1)], False
 
 
 def _draw_fragmentation(fig: Figure, ax: Axes, run: RunFile) -> None:

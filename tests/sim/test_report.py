@@ -35,6 +35,7 @@ from gpusched.sim.report import (
     RunFile,
     RunFileError,
     Summary,
+    _histogram_edges,
     binds_per_bin,
     fragmentation,
     gpu_allocation,
@@ -559,3 +560,18 @@ def test_write_pngs_of_a_hand_made_run(tmp_path: Path) -> None:
     run = make_run([pod("p", "a", (0, 1), bound=1.0, finished=3.0), pod("q")], {"a": 8})
     written = write_pngs(run, tmp_path / "png")
     assert sorted(p.name for p in written) == sorted(f"{n}.png" for n in [*FIGURES, "overview"])
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "first", "last", "log"),
+    [
+        (5.0, 5.0, 4.5, 5.5, False),
+        (0.0, 40.0, 0.0, 40.0, False),
+        (4.0, 40000.0, 4.0, 40000.0, True),
+    ],
+)
+def test_latency_histogram_bins_go_logarithmic_over_a_wide_range(
+    low: float, high: float, first: float, last: float, log: bool
+) -> None:
+    edges, is_log = _histogram_edges(low, high)
+    assert (edges[0], pytest.approx(edges[-1]), is_log) == (first, last, log)
