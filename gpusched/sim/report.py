@@ -59,6 +59,7 @@ __all__ = [
     "RunFileError",
     "Summary",
     "binds_per_bin",
+    "format_mib",
     "fragmentation",
     "gpu_allocation",
     "latencies_by_priority",
@@ -266,6 +267,17 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[min(int(p / 100 * len(ordered)), len(ordered) - 1)]
 
 
+def format_mib(mib: float) -> str:
+    """``319488`` -> ``"312Gi"``, ``1335296`` -> ``"1.3Ti"``, ``512`` -> ``"512Mi"``."""
+    if mib >= 1 << 20:
+        return f"{mib / (1 << 20):.1f}Ti"
+    if mib >= 10 << 10:
+        return f"{mib / 1024:.0f}Gi"
+    if mib >= 1024:
+        return f"{mib / 1024:.1f}Gi"
+    return f"{mib:.0f}Mi"
+
+
 def priority_name(level: int, spec_priority: int) -> str:
     """``"priority 2"``, ``"priority 0 (spec.priority 1000)"``: how the summary names it."""
     return f"priority {level}" + (f" (spec.priority {spec_priority})" if spec_priority else "")
@@ -454,7 +466,7 @@ def summary_rows(run: RunFile) -> list[tuple[str, str]]:
         rows.append(
             (
                 f"VRAM reserved at peak, {product}",
-                f"{peak} of {total} MiB ({100 * peak / total:.0f}%)",
+                f"{format_mib(peak)} of {format_mib(total)} ({100 * peak / total:.0f}%)",
             )
         )
     for kind, pods in sorted(s.claim_pods.items()):
@@ -520,6 +532,8 @@ def _draw_queue(fig: Figure, ax: Axes, run: RunFile) -> None:
     twin = ax.twinx()
     twin.bar(bins.edges()[:-1], rate, width=bins.width, align="edge", color="C1", alpha=0.4)
     twin.set_ylabel("binds per second", color="C1")
+    ax.set_zorder(twin.get_zorder() + 1)  # the line over the bars
+    ax.patch.set_visible(False)
     ax.set_title("Queue length and bind rate")
 
 

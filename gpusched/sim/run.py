@@ -62,6 +62,7 @@ from gpusched.sim.report import (
     PodRecord,
     RunFile,
     Summary,
+    format_mib,
     percentile,
     priority_name,
     write_report,
@@ -649,17 +650,6 @@ def _claim_lines(report: RunReport) -> list[str]:
             )
         lines.append(line)
     return lines
-
-
-def format_mib(mib: float) -> str:
-    """``319488`` -> ``"312Gi"``, ``1335296`` -> ``"1.3Ti"``, ``512`` -> ``"512Mi"``."""
-    if mib >= 1 << 20:
-        return f"{mib / (1 << 20):.1f}Ti"
-    if mib >= 10 << 10:
-        return f"{mib / 1024:.0f}Gi"
-    if mib >= 1024:
-        return f"{mib / 1024:.1f}Gi"
-    return f"{mib:.0f}Mi"
 
 
 def _final(report: RunReport, observer: _Observer) -> None:
