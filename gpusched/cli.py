@@ -6,6 +6,8 @@
     gpusched sim serve   --cluster NAME|FILE [--port P] [--kubeconfig OUT] [--faults SPEC]
                          [--no-webhook]
     gpusched sim run     [--cluster NAME|FILE] [--workload NAME|FILE] [--no-webhook]
+                         [--output run.json] [--report report.html]
+    gpusched sim report  RUN.json [-o report.html] [--png DIR]
     gpusched sim fleet   apply|delete --cluster NAME|FILE --kubeconfig K
     gpusched sim kubelet --kubeconfig K
     gpusched sim clusters
@@ -139,6 +141,29 @@ def _parser() -> argparse.ArgumentParser:
         "--no-webhook",
         action="store_true",
         help="do not serve and register gpusched's admission webhook in the simulated cluster",
+    )
+    run.add_argument(
+        "--output",
+        metavar="RUN.json",
+        default=None,
+        help="write every pod's placement, times and pending reasons with the summary as JSON "
+        "(kind gpusched.io/sim-run, version 1)",
+    )
+    run.add_argument(
+        "--report",
+        metavar="REPORT.html",
+        default=None,
+        help="write a self-contained HTML page with plots of the run (needs the 'report' "
+        "extra: pip install 'gpusched[report]')",
+    )
+
+    report = simsub.add_parser(
+        "report", help="the HTML report (and PNG figures) of a run.json from 'sim run --output'"
+    )
+    report.add_argument("run_file", metavar="RUN.json")
+    report.add_argument("-o", "--output", metavar="REPORT.html", default=None)
+    report.add_argument(
+        "--png", metavar="DIR", default=None, help="write each figure and overview.png to DIR"
     )
 
     serve = simsub.add_parser(
@@ -475,7 +500,10 @@ def _sim(args: argparse.Namespace) -> int:
         return 0
     if args.sim_command == "serve":
         return asyncio.run(_serve(args))
+    if args.sim_command == "report":
+        return _sim_report(args)
     if args.sim_command == "run":
+        _check_run_files(args)
         return asyncio.run(_run(args))
     if args.sim_command == "fleet":
         return asyncio.run(_fleet(args))
@@ -622,10 +650,53 @@ async def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     try:
         await run_workload(
-            spec, workload, timeout=args.timeout, freeze_gc=True, webhook=not args.no_webhook
+            spec,
+            workload,
+            timeout=args.timeout,
+            freeze_gc=True,
+            webhook=not args.no_webhook,
+            output=args.output,
+            html=args.report,
         )
     except RegistryError as exc:  # an installed plugin package that does not load
         raise UsageError(str(exc)) from None
+    return 0
+
+
+def _check_run_files(args: argparse.Namespace) -> None:
+    """Fail before a long run, not after it, on a file ``sim run`` could not write."""
+    for flag, path in (("--output", args.output), ("--report", args.report)):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise UsageError(f"{flag} {path}: no such directory {Path(path).parent}")
+    if args.report is not None:
+        _require_plotting("--report")
+
+
+def _require_plotting(flag: str) -> None:
+    from gpusched.sim.report import PlottingUnavailable, require_plotting
+
+    try:
+        require_plotting()
+    except PlottingUnavailable as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def _sim_report(args: argparse.Namespace) -> int:
+    from gpusched.sim.report import RunFileError, load_run, write_pngs, write_report
+
+    if args.output is None and args.png is None:
+        raise UsageError("sim report: nothing to write: give -o REPORT.html and/or --png DIR")
+    _require_plotting("sim report")
+    try:
+        run = load_run(args.run_file)
+    except RunFileError as exc:
+        raise UsageError(str(exc)) from None
+    if args.output is not None:
+        write_report(run, args.output)
+        print(f"wrote {args.output}")
+    if args.png is not None:
+        for path in write_pngs(run, args.png):
+            print(f"wrote {path}")
     return 0
 
 

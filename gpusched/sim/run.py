@@ -24,18 +24,26 @@ tell the summary, per kind, how many claim pods bound and how many got their cla
 to them (GpuClaim ``status.phase: Allocated`` naming the pod; ResourceClaim
 ``status.allocation`` and ``reservedFor`` the pod); a DRA pod's GPUs count towards utilisation
 from its claim's allocation.
+
+Recorded for ``--output run.json`` and ``--report`` (:mod:`gpusched.sim.report`): from the same
+pod watch, each pod's start and finish times, the distinct ``PodScheduled=False`` messages it
+was given, its last object once deleted, and a DRA pod's GPU indices from its claim; O(1) a
+pod event, the records built once at the end, only when asked for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import statistics
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, TextIO
 
 from gpusched.annotations import AnnotationError, parse_assignment
 from gpusched.clock import RealClock
@@ -48,6 +56,18 @@ from gpusched.priority import pod_priority
 from gpusched.scheduler import Scheduler
 from gpusched.sim.cluster import SimCluster
 from gpusched.sim.fleet import ClusterSpec, SimNode, build_fleet
+from gpusched.sim.report import (
+    NodeRecord,
+    PendingReason,
+    PodRecord,
+    RunFile,
+    Summary,
+    format_mib,
+    percentile,
+    priority_name,
+    write_report,
+    write_run,
+)
 from gpusched.sim.workload import (
     WAVE_LABEL,
     WORKLOAD_LABEL,
@@ -109,23 +129,18 @@ class RunReport:
     waits on the in-use finalizer)."""
 
     def percentile(self, p: float, latencies: list[float] | None = None) -> float:
-        values = self.latencies if latencies is None else latencies
-        if not values:
-            return 0.0
-        ordered = sorted(values)
-        return ordered[min(int(p / 100 * len(ordered)), len(ordered) - 1)]
+        return percentile(self.latencies if latencies is None else latencies, p)
 
 
 def priority_label(pod: dict[str, Any]) -> str:
     """How the summary names a pod's priority (:func:`gpusched.priority.pod_priority`)."""
     priority = pod_priority(pod)
-    return f"priority {priority.level}" + (
-        f" (spec.priority {priority.value})" if priority.value else ""
-    )
+    return priority_name(priority.level, priority.value)
 
 
 class _Observer:
-    """Watches the workload's pods: when each was created and bound, GPU use over time."""
+    """Watches the workload's pods: when each was created, bound, started and finished, its
+    pending messages, GPU use over time; what run.json records (:meth:`records`)."""
 
     def __init__(self, kube: Kube, workload: Workload, clock: RealClock) -> None:
         self.kube = kube
@@ -152,6 +167,14 @@ class _Observer:
         """The GpuClaims the run creates (``ns/name``), each deleted once its pod is done."""
         self.to_delete: asyncio.Queue[str] = asyncio.Queue()
         self.deleted = 0
+        self.started_at: dict[str, float] = {}
+        self.finished_at: dict[str, float] = {}
+        self.reasons: dict[str, list[tuple[float, str, str]]] = {}
+        """Pod -> each distinct ``PodScheduled=False`` (time, reason, message) seen, in order."""
+        self.gone: dict[str, dict[str, Any]] = {}
+        """Deleted pods -> their last object (for run.json)."""
+        self.dra_gpus: dict[str, list[tuple[str, int]]] = {}
+        """DRA pod -> (node, GPU index) of each device its claim's allocation holds."""
 
     async def run(self) -> None:
         watches: list[tuple[str, str, Handler]] = [
@@ -180,7 +203,7 @@ class _Observer:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def kind_of(self, pod: dict[str, Any]) -> str | None:
+    def kind_of(self, pod: dict[str, Any]) -> Literal["gpuclaim", "dra"] | None:
         """The pod's claim kind (``gpuclaim``, ``dra``), from its wave; ``None`` for none."""
         wave = ((pod.get("metadata") or {}).get("labels") or {}).get(WAVE_LABEL, "")
         return self.claim_kind.get(wave)
@@ -200,12 +223,14 @@ class _Observer:
         if not allocation:
             return
         ns = claim["metadata"]["namespace"]
-        devices = len((allocation.get("devices") or {}).get("results") or ())
+        results = (allocation.get("devices") or {}).get("results") or ()
+        gpus = [g for r in results if (g := _dra_gpu(r)) is not None]
         for consumer in status.get("reservedFor") or ():
             if consumer.get("resource") == "pods" and not consumer.get("apiGroup"):
                 key = f"{ns}/{consumer.get('name')}"
                 self.allocated.add(key)
-                self.dra_devices[key] = devices
+                self.dra_devices[key] = len(results)
+                self.dra_gpus[key] = gpus
         self.changed.set()
 
     async def _delete_claims(self) -> None:
@@ -245,6 +270,16 @@ class _Observer:
         self.seen_at.setdefault(key, now)
         if (pod.get("spec") or {}).get("nodeName") and key not in self.bound_at:
             self.bound_at[key] = now
+        if phase == "Running":
+            self.started_at.setdefault(key, now)
+        if kind == "DELETED" or phase in ("Succeeded", "Failed"):
+            self.finished_at.setdefault(key, now)
+        for c in (pod.get("status") or {}).get("conditions") or ():
+            if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                seen = self.reasons.setdefault(key, [])
+                message = c.get("message", "")
+                if not seen or seen[-1][2] != message:
+                    seen.append((now, c.get("reason", ""), message))
         self.priority.setdefault(key, priority_label(pod))
         if key not in self.preempted and any(
             c.get("type") == "DisruptionTarget" and c.get("status") == "True"
@@ -253,9 +288,58 @@ class _Observer:
             self.preempted.add(key)
         if kind == "DELETED":
             self.pods.pop(key, None)
+            self.gone[key] = pod
         else:
             self.pods[key] = pod
         self.changed.set()
+
+    def records(self, start: float) -> list[PodRecord]:
+        """Every pod seen, for run.json; times in seconds since ``start`` (monotonic)."""
+        out = []
+        for key, pod in sorted({**self.gone, **self.pods}.items()):
+            meta = pod.get("metadata") or {}
+            spec = pod.get("spec") or {}
+            node = spec.get("nodeName") or None
+            try:
+                assignment = parse_assignment(pod) if node else None
+            except AnnotationError:
+                assignment = None
+            if assignment is not None:
+                gpus = list(assignment.gpu_ids)
+            else:
+                gpus = [index for on, index in self.dra_gpus.get(key, ()) if on == node]
+            priority = pod_priority(pod)
+
+            def since(times: dict[str, float], key: str = key) -> float | None:
+                return round(times[key] - start, 4) if key in times else None
+
+            out.append(
+                PodRecord(
+                    namespace=meta.get("namespace", ""),
+                    name=meta.get("name", ""),
+                    wave=(meta.get("labels") or {}).get(WAVE_LABEL, ""),
+                    priority=priority.level,
+                    spec_priority=priority.value,
+                    shape=pod_shape(pod),
+                    claim=self.kind_of(pod),
+                    node=node,
+                    gpus=gpus,
+                    gpu_uuids=list(assignment.gpu_uuids) if assignment else [],
+                    vram_mib=list(assignment.vram_mib) if assignment else [],
+                    created=since(self.seen_at) or 0.0,
+                    bound=since(self.bound_at),
+                    started=since(self.started_at),
+                    finished=since(self.finished_at),
+                    phase=(pod.get("status") or {}).get("phase", "Pending"),
+                    deleted=key in self.gone and key not in self.pods,
+                    preempted=key in self.preempted,
+                    pending_reasons=[
+                        PendingReason(at=round(t - start, 4), reason=reason, message=message)
+                        for t, reason, message in self.reasons.get(key, ())
+                    ],
+                )
+            )
+        return out
 
     def counts(self) -> Counter[str]:
         out: Counter[str] = Counter()
@@ -264,6 +348,16 @@ class _Observer:
             bound = bool((pod.get("spec") or {}).get("nodeName"))
             out[phase if bound or phase != "Pending" else "Unbound"] += 1
         return out
+
+
+def _dra_gpu(result: dict[str, Any]) -> tuple[str, int] | None:
+    """(node, GPU index) of a DRA allocation result: the simulated driver names a node's pool
+    after the node and its devices ``gpu-N`` or ``gpu-N-mig-...``
+    (:mod:`gpusched.sim.resource_slices`)."""
+    parts = str(result.get("device", "")).split("-")
+    if len(parts) >= 2 and parts[0] == "gpu" and parts[1].isdigit():
+        return str(result.get("pool", "")), int(parts[1])
+    return None
 
 
 async def run_workload(
@@ -275,6 +369,8 @@ async def run_workload(
     progress: bool = True,
     freeze_gc: bool = False,
     webhook: bool = True,
+    output: str | Path | None = None,
+    html: str | Path | None = None,
 ) -> RunReport:
     """Run ``workload`` on a fresh simulated ``spec`` cluster; print progress and a summary.
 
@@ -286,6 +382,9 @@ async def run_workload(
     ``webhook``: serve and register gpusched's admission webhook in the cluster
     (``gpusched.sim.webhook``), so the workload's pods are validated, get their device
     environment and fall back to another MIG profile at admission, as on a real cluster.
+
+    ``output``: write run.json there (:mod:`gpusched.sim.report`); ``html``: the report page
+    (needs matplotlib: check with ``report.require_plotting()`` before a long run).
     """
     clock = RealClock()
     report = RunReport()
@@ -321,6 +420,7 @@ async def run_workload(
                 gc.collect()
                 gc.freeze()
             start = clock.monotonic()
+            started_at = datetime.now(UTC)
             replayer = asyncio.create_task(replay(sim.kube, workload, clock), name="replay")
             report.gpus_by_pool = _gpus_by_pool(spec)
             fleet = build_fleet(spec)
@@ -360,6 +460,11 @@ async def run_workload(
             if report.claim_pods["gpuclaim"]:
                 report.gpuclaims_left = await observer.claims_left(wait=5.0)
             _count_shapes(report, observer, devices)
+            run = (
+                _run_file(report, observer, spec, workload, fleet, start, started_at)
+                if output is not None or html is not None
+                else None
+            )
         finally:
             for t in tasks:
                 t.cancel()
@@ -368,7 +473,45 @@ async def run_workload(
                 await asyncio.gather(replayer, return_exceptions=True)
             await asyncio.gather(*tasks, return_exceptions=True)
     print(summary(report, spec, workload), file=out, flush=True)
+    if run is not None and output is not None:
+        write_run(run, output)
+        print(f"wrote {output}", file=out, flush=True)
+    if run is not None and html is not None:
+        write_report(run, html)
+        print(f"wrote {html}", file=out, flush=True)
     return report
+
+
+def _run_file(
+    report: RunReport,
+    observer: _Observer,
+    spec: ClusterSpec,
+    workload: Workload,
+    fleet: list[SimNode],
+    start: float,
+    started_at: datetime,
+) -> RunFile:
+    """What run.json holds: the pods the observer saw, the fleet, the summary."""
+    nodes = [
+        NodeRecord(
+            name=n.name,
+            pool=n.pool,
+            product=n.inventory.gpus[0].product if n.inventory and n.inventory.gpus else None,
+            gpus=len(n.inventory.gpus) if n.inventory else 0,
+        )
+        for n in fleet
+    ]
+    fields = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)}
+    del fields["accounted_at"]  # bookkeeping of _account, not a result
+    return RunFile(
+        cluster=spec.name,
+        workload=workload.name,
+        description=workload.description,
+        started_at=started_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        nodes=nodes,
+        pods=observer.records(start),
+        summary=Summary.model_validate(fields),
+    )
 
 
 def _gpus_by_pool(spec: ClusterSpec) -> dict[str, int]:
@@ -507,17 +650,6 @@ def _claim_lines(report: RunReport) -> list[str]:
             )
         lines.append(line)
     return lines
-
-
-def format_mib(mib: float) -> str:
-    """``319488`` -> ``"312Gi"``, ``1335296`` -> ``"1.3Ti"``, ``512`` -> ``"512Mi"``."""
-    if mib >= 1 << 20:
-        return f"{mib / (1 << 20):.1f}Ti"
-    if mib >= 10 << 10:
-        return f"{mib / 1024:.0f}Gi"
-    if mib >= 1024:
-        return f"{mib / 1024:.1f}Gi"
-    return f"{mib:.0f}Mi"
 
 
 def _final(report: RunReport, observer: _Observer) -> None:
