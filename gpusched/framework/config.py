@@ -626,6 +626,8 @@ def default_plugins() -> Plugins:
         NominatedReservation         filter
         DefaultPreemption            postFilter
         PreferredNode      weight 10 preScore, score
+        ImageLocality      weight 1  preScore, score
+        ModelLocality      weight 1  preScore, score
         DefaultBinder                bind
         SchedulingGates              preEnqueue
         Coscheduling                 preEnqueue, reserve, permit, preBind (gangs)
@@ -637,9 +639,11 @@ def default_plugins() -> Plugins:
     Reserve adds the claims' GPUs to GPUFit's assignment; pods without claims skip it and sign.
     PreferredNode honours the pod's ``gpusched.io/preferred-node`` (a modifier of the pod
     API, so on by default; weighted to win while the pod fits there); it skips every other
-    pod at PreScore and signs, so batching is unaffected. Coscheduling reads the gang forms
-    (docs/gangs.md); a pod without a group costs it a few label reads. The other score strategies
-    (docs/strategies.md) are opt-in.
+    pod at PreScore and signs, so batching is unaffected. ImageLocality (upstream's, weight 1)
+    and ModelLocality prefer nodes that already hold the pod's images and the models it names
+    (docs/strategies.md); both skip pods with nothing on any node at PreScore. Coscheduling
+    reads the gang forms (docs/gangs.md); a pod without a group costs it a few label reads. The
+    other score strategies (docs/strategies.md) are opt-in.
     """
     return Plugins(
         multi_point=PluginSet(
@@ -656,6 +660,8 @@ def default_plugins() -> Plugins:
                 PluginRef(name="NominatedReservation"),
                 PluginRef(name="DefaultPreemption"),
                 PluginRef(name="PreferredNode", weight=10),
+                PluginRef(name="ImageLocality", weight=1),
+                PluginRef(name="ModelLocality", weight=1),
                 PluginRef(name="DefaultBinder"),
                 PluginRef(name="SchedulingGates"),
                 PluginRef(name="Coscheduling"),

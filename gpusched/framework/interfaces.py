@@ -296,6 +296,16 @@ class NodeLister(Protocol):
     @property
     def num_nodes(self) -> int: ...
 
+    @property
+    def membership(self) -> int:
+        """A version that changes whenever nodes join or leave (not when they change)."""
+        ...
+
+    def changed_since(self, generation: int) -> list[NodeInfo]:
+        """The node infos newer than ``generation`` (a ``NodeInfo.generation``), newest
+        first; O(changed). Nodes that joined or left: compare :attr:`membership`."""
+        ...
+
 
 class EventRecorder(Protocol):
     """Writes Events (upstream's ``events.EventRecorder``); ``gpusched.events`` implements it.

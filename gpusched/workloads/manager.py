@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from gpusched.locality import MODEL_ANNOTATION, MODEL_LABEL, label_safe
+
 __all__ = [
     "ATTEMPT_LABEL",
     "DEFAULT_PROFILES",
@@ -67,7 +69,6 @@ KIND: Final = "GPUWorkload"
 PLURAL: Final = "gpuworkloads"
 WORKLOAD_LABEL: Final = "gpu.warp.dev/workload"
 ATTEMPT_LABEL: Final = "gpu.warp.dev/attempt"
-MODEL_LABEL: Final = "gpusched.io/model"
 PRIORITY_ANNOTATION: Final = "gpusched.io/priority"
 SIM_ANNOTATION_PREFIX: Final = "sim.gpusched.io/"
 """A workload's annotations under this prefix go to its pods (the simulation's kubelet reads
@@ -309,7 +310,8 @@ def build_job(
     meta = _map(workload.get("metadata"))
     name = str(meta.get("name", ""))
     labels = {WORKLOAD_LABEL: name, ATTEMPT_LABEL: str(attempt)}
-    annotations = {PRIORITY_ANNOTATION: str(spec.priority)}
+    # The model's full name for ModelLocality (a label value cannot hold its "/").
+    annotations = {PRIORITY_ANNOTATION: str(spec.priority), MODEL_ANNOTATION: spec.model_name}
     for key, value in _map(meta.get("annotations")).items():
         if key.startswith(SIM_ANNOTATION_PREFIX):
             annotations[key] = str(value)
@@ -350,7 +352,7 @@ def build_job(
                     "labels": {
                         **labels,
                         "app": name,
-                        MODEL_LABEL: _label_value(spec.model_name),
+                        MODEL_LABEL: label_safe(spec.model_name),
                     },
                     "annotations": annotations,
                 },
@@ -362,11 +364,6 @@ def build_job(
             },
         },
     }
-
-
-def _label_value(text: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:63]
-    return cleaned.strip("-_.")
 
 
 # ------------------------------------------------------------------ reconcile

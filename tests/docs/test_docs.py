@@ -42,6 +42,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 import gpusched.annotations as annotations
+import gpusched.locality as locality
 from gpusched.agent.main import AgentMetrics
 from gpusched.clock import FakeClock
 from gpusched.framework import SchedulerConfiguration, default_config, in_tree, parse_config
@@ -144,6 +145,7 @@ def code_names() -> set[str]:
     names |= {spec.TOPOLOGY_ANNOTATION, spec.TOPOLOGY_POLICY_ANNOTATION}
     names |= {MIG_FALLBACK_APPLIED, gpu_fit.WOOLYAI_GPU_IDS, gpu_fit.WOOLYAI_RESERVED_VRAM_MIB}
     names |= {gpu_cost.PRICE_LABEL, gpu_cost.CHEAP_LABEL}
+    names |= {locality.MODEL_ANNOTATION, locality.MODEL_LABEL, locality.CACHED_MODELS_ANNOTATION}
     names |= {
         LABEL_GPU_PRESENT,
         LABEL_GPU_COUNT,

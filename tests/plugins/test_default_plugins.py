@@ -31,13 +31,15 @@ EXPECTED = [
     "NominatedReservation",
     "DefaultPreemption",
     "PreferredNode",
+    "ImageLocality",
+    "ModelLocality",
     "DefaultBinder",
     "SchedulingGates",
     "Coscheduling",
 ]
 OPT_IN = ["GPUCost", "RandomScore", "VRAMHeadroom"]
 """Score strategies a profile enables and weights (docs/strategies.md); PreferredNode, a pod
-modifier, is on by default."""
+modifier, and the locality plugins (upstream's ImageLocality is on by default) are on."""
 
 
 def test_every_built_in_plugin_but_the_score_strategies_is_enabled_by_default() -> None:
@@ -74,8 +76,18 @@ def test_the_default_configuration_builds() -> None:
             "NodeResourcesFit",
             "GPUFit",
             "PreferredNode",
+            "ImageLocality",
+            "ModelLocality",
         ],
-        "score": ["TaintToleration", "NodeAffinity", "NodeResourcesFit", "GPUFit", "PreferredNode"],
+        "score": [
+            "TaintToleration",
+            "NodeAffinity",
+            "NodeResourcesFit",
+            "GPUFit",
+            "PreferredNode",
+            "ImageLocality",
+            "ModelLocality",
+        ],
         "reserve": ["GpuClaims", "GPUFit", "DynamicResources", "Coscheduling"],
         "permit": ["Coscheduling"],
         "preBind": ["GpuClaims", "DynamicResources", "Coscheduling"],
@@ -88,10 +100,14 @@ def test_the_default_configuration_builds() -> None:
         "NodeResourcesFit": 1,
         "GPUFit": 2,
         "PreferredNode": 10,
+        "ImageLocality": 1,
+        "ModelLocality": 1,
     }
     assert set(fw.enqueue_extensions()) == set(EXPECTED) - {
         "DefaultBinder",
         "PreferredNode",
+        "ImageLocality",
+        "ModelLocality",
         "DefaultPreemption",
     }
 

@@ -204,6 +204,7 @@ def test_build_job_translates_the_request(strategy: str, scheduler_name: str) ->
     }
     assert template["metadata"]["annotations"] == {
         "gpusched.io/priority": "0",
+        "gpusched.io/model": "llama2",
         "sim.gpusched.io/duration": "5m",
     }
     assert template["spec"]["schedulerName"] == scheduler_name
