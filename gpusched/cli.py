@@ -331,6 +331,26 @@ def _parser() -> argparse.ArgumentParser:
         help="another annotation on the pods (repeatable)",
     )
     runjob.add_argument(
+        "--scheduler-name",
+        default="gpusched",
+        metavar="NAME",
+        help="the gpusched profile (schedulerName), e.g. gpusched-spread (default gpusched)",
+    )
+    runjob.add_argument(
+        "--node-selector",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only nodes with this label (repeatable)",
+    )
+    runjob.add_argument(
+        "--toleration",
+        action="append",
+        default=[],
+        metavar="KEY[=VALUE][:EFFECT]",
+        help="tolerate this node taint, e.g. nvidia.com/gpu=present:NoSchedule (repeatable)",
+    )
+    runjob.add_argument(
         "-n", "--namespace", default=None, help="default: the kubeconfig context's, else default"
     )
     runjob.add_argument(
@@ -974,6 +994,8 @@ async def _run_job(args: argparse.Namespace) -> int:
         kubeconfig_namespace,
         parse_annotation,
         parse_duration,
+        parse_node_selector,
+        parse_toleration,
         run,
     )
 
@@ -994,6 +1016,9 @@ async def _run_job(args: argparse.Namespace) -> int:
                 timeout=parse_duration(args.timeout),
                 follow=args.follow,
                 annotations=tuple(parse_annotation(a) for a in args.annotation),
+                scheduler_name=args.scheduler_name,
+                node_selector=tuple(parse_node_selector(a) for a in args.node_selector),
+                tolerations=tuple(parse_toleration(a) for a in args.toleration),
             )
         )
     except RunError as exc:

@@ -65,6 +65,8 @@ __all__ = [
     "kubeconfig_namespace",
     "parse_annotation",
     "parse_duration",
+    "parse_node_selector",
+    "parse_toleration",
     "run",
 ]
 
@@ -123,6 +125,40 @@ def parse_annotation(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+def parse_node_selector(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of ``--node-selector``."""
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip() or " " in key:
+        raise RunError(
+            f"--node-selector {text!r}: write KEY=VALUE, e.g. nvidia.com/gpu.product=NVIDIA-H100"
+        )
+    return key.strip(), value.strip()
+
+
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def parse_toleration(text: str) -> dict[str, str]:
+    """``KEY[=VALUE][:EFFECT]`` of ``--toleration``, as the taint it tolerates is written
+    (``kubectl taint nodes n KEY=VALUE:EFFECT``): without a value any value is tolerated
+    (``Exists``), without an effect every effect."""
+    body, colon, effect = text.rpartition(":") if ":" in text else (text, "", "")
+    key, eq, value = body.partition("=")
+    key = key.strip()
+    if not key or " " in key or (colon and effect not in _EFFECTS):
+        raise RunError(
+            f"--toleration {text!r}: write KEY[=VALUE][:EFFECT] as the node's taint is "
+            f"written, e.g. nvidia.com/gpu=present:NoSchedule (EFFECT one of "
+            f"{', '.join(_EFFECTS)})"
+        )
+    toleration = {"key": key, "operator": "Equal" if eq else "Exists"}
+    if eq:
+        toleration["value"] = value.strip()
+    if colon:
+        toleration["effect"] = effect
+    return toleration
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """What ``gpusched run`` was asked (each field is the flag of the same name)."""
@@ -145,6 +181,11 @@ class RunOptions:
     """Seconds to wait until bound (running with ``follow``); 0: no limit."""
     follow: bool = False
     annotations: tuple[tuple[str, str], ...] = ()
+    scheduler_name: str = SCHEDULER_NAME
+    """The gpusched profile (``schedulerName``): ``gpusched``, or e.g. ``gpusched-spread``."""
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[dict[str, str], ...] = ()
+    """Taints the pods tolerate (``nvidia.com/gpu=present:NoSchedule`` on GKE's GPU nodes)."""
 
 
 @dataclass
@@ -187,6 +228,10 @@ def build_plan(opts: RunOptions) -> Plan:
         raise RunError(f"--gpus {gpus}: ask for at least 1 GPU")
     if not opts.image.strip():
         raise RunError("--image is empty: name a container image")
+    if not opts.scheduler_name.strip() or " " in opts.scheduler_name:
+        raise RunError(
+            f"--scheduler-name {opts.scheduler_name!r}: name a gpusched profile, e.g. gpusched"
+        )
     annotations: dict[str, str] = {}
     if opts.exclusive:
         annotations[EXCLUSIVE] = "true"
@@ -231,11 +276,7 @@ def build_plan(opts: RunOptions) -> Plan:
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": meta,
-                "spec": {
-                    "schedulerName": SCHEDULER_NAME,
-                    "restartPolicy": "Never",
-                    "containers": [dict(container)],
-                },
+                "spec": _pod_spec(opts, container),
             }
         )
     try:  # the scheduler's own reader: what it would reject, rejected here
@@ -255,6 +296,19 @@ def build_plan(opts: RunOptions) -> Plan:
             "spec": {"minMember": opts.gang},
         }
     return Plan(opts, pods, group, request)
+
+
+def _pod_spec(opts: RunOptions, container: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": opts.scheduler_name,
+        "restartPolicy": "Never",
+        "containers": [dict(container)],
+    }
+    if opts.node_selector:
+        spec["nodeSelector"] = dict(opts.node_selector)
+    if opts.tolerations:
+        spec["tolerations"] = [dict(t) for t in opts.tolerations]
+    return spec
 
 
 _FLAG_OF = {
@@ -661,6 +715,11 @@ async def cleanup(
         for obj in listed.get("items") or []:
             ns, obj_name = obj["metadata"].get("namespace"), obj["metadata"]["name"]
             where = f"{ns}/{obj_name}"
+            if obj["metadata"].get("deletionTimestamp"):
+                # Deleted before: its kubelet (or a finalizer) has yet to finish.
+                deleted += 1
+                _say(out, f"{kind} {where} is already terminating")
+                continue
             try:
                 await kube.delete(resource_path(group, version, plural, ns, obj_name))
             except APINotFound:

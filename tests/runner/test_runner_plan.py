@@ -19,6 +19,8 @@ from gpusched.runner import (
     build_plan,
     kubeconfig_namespace,
     parse_duration,
+    parse_node_selector,
+    parse_toleration,
 )
 
 LABELS = {"gpusched.io/run": "job", "app.kubernetes.io/managed-by": "gpusched-run"}
@@ -160,7 +162,48 @@ USAGE: list[tuple[list[str], str]] = [
     (["--gpu-ids", "a"], '"a" must list GPU indices'),
     (["--timeout", "3days"], "--timeout '3days' is not a duration"),
     (["--annotation", "novalue"], "--annotation 'novalue': write KEY=VALUE"),
+    (["--node-selector", "pool"], "--node-selector 'pool': write KEY=VALUE"),
+    (["--toleration", "gpu:NoWay"], "--toleration 'gpu:NoWay': write KEY[=VALUE][:EFFECT]"),
+    (["--scheduler-name", ""], "--scheduler-name '': name a gpusched profile"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("text", "toleration"),
+    [
+        ("nvidia.com/gpu", {"key": "nvidia.com/gpu", "operator": "Exists"}),
+        (
+            "nvidia.com/gpu=present:NoSchedule",
+            {
+                "key": "nvidia.com/gpu",
+                "operator": "Equal",
+                "value": "present",
+                "effect": "NoSchedule",
+            },
+        ),
+        ("dedicated:NoExecute", {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}),
+        ("team=ml", {"key": "team", "operator": "Equal", "value": "ml"}),
+    ],
+)
+def test_tolerations_are_written_as_taints_are(text: str, toleration: dict[str, str]) -> None:
+    assert parse_toleration(text) == toleration
+
+
+def test_profile_selector_and_tolerations_reach_the_pod_spec() -> None:
+    plan = build_plan(
+        _opts(
+            scheduler_name="gpusched-spread",
+            node_selector=(parse_node_selector("pool=a100"),),
+            tolerations=(parse_toleration("nvidia.com/gpu=present:NoSchedule"),),
+        )
+    )
+    spec = plan.pods[0]["spec"]
+    assert spec["schedulerName"] == "gpusched-spread"
+    assert spec["nodeSelector"] == {"pool": "a100"}
+    assert spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+    ]
+    assert "nodeSelector" not in build_plan(_opts()).pods[0]["spec"]
 
 
 @pytest.mark.parametrize(("args", "message"), USAGE)
