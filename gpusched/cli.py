@@ -126,6 +126,20 @@ def _parser() -> argparse.ArgumentParser:
         help="the schedulerName of a schedulingStrategy's pods (default leastLoaded="
         "gpusched-spread, costOptimized=gpusched-cheap, random=gpusched-random)",
     )
+    ctl.add_argument(
+        "--node-selector",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the workloads' pods run only on nodes with this label (repeatable)",
+    )
+    ctl.add_argument(
+        "--toleration",
+        action="append",
+        default=[],
+        metavar="KEY[=VALUE][:EFFECT]",
+        help="the workloads' pods tolerate this taint, e.g. a GPU pool's (repeatable)",
+    )
 
     sim = sub.add_parser("sim", help="the simulated GPU cluster")
     simsub = sim.add_subparsers(dest="sim_command", required=True)
@@ -1273,6 +1287,7 @@ async def _controller(args: argparse.Namespace) -> int:
 
     from gpusched.leader import LeaderElectionConfig, LeaderElector
     from gpusched.metrics import OperationsServer
+    from gpusched.runner import RunError, parse_node_selector, parse_toleration
     from gpusched.workloads.controller import WorkloadController
     from gpusched.workloads.manager import DEFAULT_PROFILES, STRATEGIES, Settings
 
@@ -1285,12 +1300,18 @@ async def _controller(args: argparse.Namespace) -> int:
                 + ", ".join(STRATEGIES)
             )
         profiles[strategy] = name
+    try:
+        settings = Settings(
+            profiles=profiles,
+            node_selector=dict(parse_node_selector(a) for a in args.node_selector),
+            tolerations=tuple(parse_toleration(a) for a in args.toleration),
+        )
+    except RunError as exc:
+        raise UsageError(f"controller: {exc}") from None
     stop = asyncio.Event()
     with _signals_set(stop):
         kube = await _connect(args)
-        controller = WorkloadController(
-            kube, settings=Settings(profiles=profiles), namespace=args.namespace
-        )
+        controller = WorkloadController(kube, settings=settings, namespace=args.namespace)
         identity = args.identity or f"gpusched-controller-{secrets.token_hex(4)}"
         elector: LeaderElector | None = None
         if args.leader_elect:

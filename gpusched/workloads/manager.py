@@ -106,6 +106,10 @@ class Settings:
     """Each retry waits up to this fraction longer than its exponential delay."""
     max_backoff: float = 3600.0
     """Seconds: the longest wait between two attempts."""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """Labels the workloads' pods select nodes by (``--node-selector``): a GPU pool."""
+    tolerations: tuple[Mapping[str, str], ...] = ()
+    """Taints the workloads' pods tolerate (``--toleration``): a tainted GPU pool."""
 
 
 @dataclass(frozen=True)
@@ -356,14 +360,23 @@ def build_job(
                     },
                     "annotations": annotations,
                 },
-                "spec": {
-                    "schedulerName": settings.profiles.get(spec.strategy, "gpusched"),
-                    "restartPolicy": "Never",
-                    "containers": [container],
-                },
+                "spec": _pod_spec(spec, settings, container),
             },
         },
     }
+
+
+def _pod_spec(spec: WorkloadSpec, settings: Settings, container: dict[str, Any]) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {
+        "schedulerName": settings.profiles.get(spec.strategy, "gpusched"),
+        "restartPolicy": "Never",
+        "containers": [container],
+    }
+    if settings.node_selector:
+        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    return pod_spec
 
 
 # ------------------------------------------------------------------ reconcile
