@@ -695,7 +695,9 @@ class SchedulingQueue:
         info.error = message
         info.unschedulable_plugins = {plugin} if plugin else set()
         info.pending_plugins = set()
-        if changed and self._on_gated is not None:
+        if changed and status.quiet:
+            log.debug("pod %s waits at PreEnqueue (%s): %s", info.key, plugin, message)
+        elif changed and self._on_gated is not None:
             self._on_gated(info)
         return False
 

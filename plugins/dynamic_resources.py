@@ -79,6 +79,7 @@ from gpusched.framework import (
     Pod,
     PodEventHandler,
     PreBindPlugin,
+    PreEnqueuePlugin,
     PreFilterPlugin,
     PreFilterResult,
     QueueingHint,
@@ -158,6 +159,7 @@ def _after_pod_update(pod: Pod, old: Any, new: Any) -> QueueingHint:
 
 
 class DynamicResources(
+    PreEnqueuePlugin,
     PreFilterPlugin,
     FilterPlugin,
     ReservePlugin,
@@ -216,6 +218,19 @@ class DynamicResources(
                 for c in resolved.allocated
             ),
         )
+
+    def pre_enqueue(self, pod: Pod) -> Status:
+        """Hold back a pod whose template claims are not created yet (upstream's PreEnqueue):
+        quietly while they are on their way, the update naming them lets the pod in."""
+        if not pod_claim_entries(pod):
+            return SUCCESS
+        waiting = self.manager.claims_not_created(pod)
+        if waiting is None:
+            return SUCCESS
+        message, quiet = waiting
+        if quiet:
+            return Status.waiting(message, plugin=NAME)
+        return Status.unresolvable(message, plugin=NAME)
 
     def pre_filter(self, state: CycleState, pod: Pod) -> tuple[PreFilterResult | None, Status]:
         if not pod_claim_entries(pod):

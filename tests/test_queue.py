@@ -662,6 +662,32 @@ def test_a_pre_enqueue_rejection_gates_the_pod_with_its_reason(clock: FakeClock)
     q._check()
 
 
+def test_a_quiet_pre_enqueue_wait_gates_the_pod_without_telling(clock: FakeClock) -> None:
+    """``Status.waiting``: gated with its reason (explain and the metrics see it), but no
+    on_gated call, so no Event or condition; a told reason after it is told."""
+    verdicts = iter(
+        [
+            Status.waiting("claim on its way", plugin="DynamicResources"),
+            Status.unresolvable("template missing", plugin="DynamicResources"),
+        ]
+    )
+    reported: list[str | None] = []
+    q = make_queue(
+        clock,
+        jitter=0.0,
+        event_interest=INTEREST,
+        pre_enqueue={"gpusched": lambda pod: next(verdicts)},
+        on_gated=lambda i: reported.append(i.error),
+    )
+    info = q.add(make_pod("p"))
+    assert q.location(info.uid) == GATED
+    assert (info.gating_plugin, info.error) == ("DynamicResources", "claim on its way")
+    assert reported == []
+    q.update(info.pod, relabelled(info.pod))
+    assert reported == ["template missing"]
+    q._check()
+
+
 def test_a_pre_enqueue_that_raises_gates_the_pod_and_nothing_crashes(clock: FakeClock) -> None:
     toggle = Toggle()
     toggle.verdict = RuntimeError("boom")

@@ -330,6 +330,47 @@ class DraManager:
             return [uid]
         return []
 
+    # -- claims on their way (PreEnqueue) -----------------------------------------------
+
+    def claims_not_created(self, pod: Mapping[str, Any]) -> tuple[str, bool] | None:
+        """Why the pod must wait for a claim its template has yet to become, and whether that
+        wait is quiet (``None``: every template's claim is named in the pod's status).
+
+        Upstream's PreEnqueue: the resourceclaim controller creates the claim within moments
+        and names it in ``status.resourceClaimStatuses``, whose update lets the pod in; it
+        writes ``FailedResourceClaimCreation`` on the pod itself when it cannot, so the wait is
+        quiet. With ``create_claims`` gpusched is that controller: the wait is quiet while the
+        template exists, and told (what to create) while it does not."""
+        statuses = {
+            s.get("name") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        }
+        for entry in pod_claim_entries(pod):
+            template = entry.get("resourceClaimTemplateName")
+            entry_name = str(entry.get("name") or "")
+            if not template or entry_name in statuses:
+                continue
+            namespace, name = _key(pod)
+            if not self.create_claims:
+                return (
+                    f'pod "{namespace}/{name}": waiting for resource claim {entry_name!r} to be '
+                    f"created from template {template!r}",
+                    True,
+                )
+            self._want_claim(pod, entry_name, str(template))
+            if (namespace, str(template)) in self.templates:
+                return (
+                    f'pod "{namespace}/{name}": creating resource claim {entry_name!r} from '
+                    f"template {template!r}",
+                    True,
+                )
+            return (
+                f'pod "{namespace}/{name}", spec.resourceClaims[{entry_name!r}]: '
+                f"ResourceClaimTemplate {namespace}/{template} does not exist; create it (or "
+                "fix resourceClaimTemplateName), and the pod's claim is created then",
+                False,
+            )
+        return None
+
     # -- resolution (PreFilter) --------------------------------------------------------
 
     def resolve(self, pod: Mapping[str, Any]) -> PodClaims | Refusal:

@@ -82,6 +82,9 @@ class Status:
     reasons: tuple[str, ...] = ()
     plugin: str = ""
     exception: BaseException | None = None
+    quiet: bool = False
+    """PreEnqueue only (:meth:`waiting`): the pod waits for something already on its way;
+    the scheduler logs it and writes no Event or condition, as upstream for PreEnqueue."""
 
     # -- constructors --------------------------------------------------------------------
 
@@ -99,6 +102,13 @@ class Status:
     def unresolvable(cls, *reasons: str, plugin: str = "") -> Status:
         """The pod does not fit and preemption would not help (``UnschedulableAndUnresolvable``)."""
         return cls(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reasons, plugin)
+
+    @classmethod
+    def waiting(cls, *reasons: str, plugin: str = "") -> Status:
+        """PreEnqueue: hold the pod back without telling its owner (no Event, no condition),
+        for a wait that ends on its own in moments (a ResourceClaim its controller is about to
+        create). Anything the user must act on is ``unresolvable`` instead, which is told."""
+        return cls(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, reasons, plugin, quiet=True)
 
     @classmethod
     def error(cls, cause: BaseException | str, *, plugin: str = "") -> Status:
@@ -159,7 +169,7 @@ class Status:
         """This status attributed to ``plugin``; ``self`` (no copy) when it already is."""
         if self.plugin == plugin:
             return self
-        return Status(self.code, self.reasons, plugin, self.exception)
+        return Status(self.code, self.reasons, plugin, self.exception, self.quiet)
 
     def as_error(self) -> BaseException | None:
         """The exception behind a failed status (made from the message if it has none).

@@ -12,7 +12,9 @@ DELETE with a uid precondition), as it runs the kubelets:
   ``resource.kubernetes.io/pod-claim-name: <claim>`` and a controller ``ownerReference`` to the
   pod (``blockOwnerDeletion``), unless the pod already owns one for that entry; then it records
   ``status.resourceClaimStatuses[{name, resourceClaimName}]`` on the pod. Pods being deleted
-  or done get no new claims.
+  or done get no new claims. A template that does not exist is retried (its creation syncs the
+  pod again) and told on the pod once, with upstream's Warning Event
+  ``FailedResourceClaimCreation`` (the scheduler holds such a pod back without an Event).
 * **reservedFor cleanup**: a claim's ``status.reservedFor`` entries for pods that are gone
   (or have another uid) or done (Succeeded, Failed, or deleted before being scheduled) are
   removed; when the last one goes and the claim carries the
@@ -107,6 +109,7 @@ class ResourceClaimController(Controller):
         self._pods_wanted = asyncio.Event()
         self._by_pod_uid: dict[str, set[str]] = {}  # reserved or owning pod uid -> claim keys
         self._created: dict[tuple[str, str], str] = {}  # (pod uid, entry) -> claim made
+        self._told: set[tuple[str, str]] = set()  # (pod uid, entry) told its template is missing
         self.created = 0
         self.deleted = 0
 
@@ -226,11 +229,14 @@ class ResourceClaimController(Controller):
     async def _create_claim(self, pod: Mapping[str, Any], entry: Mapping[str, Any]) -> str:
         meta = pod["metadata"]
         namespace = meta.get("namespace", "")
-        template = await self.kube.get(
-            resource_path(
-                GROUP, "v1", "resourceclaimtemplates", namespace, entry["resourceClaimTemplateName"]
+        template_name = str(entry["resourceClaimTemplateName"])
+        try:
+            template = await self.kube.get(
+                resource_path(GROUP, "v1", "resourceclaimtemplates", namespace, template_name)
             )
-        )  # APINotFound: retried, and the template's creation syncs the pod again
+        except APINotFound as exc:  # retried, and the template's creation syncs the pod again
+            await self._tell_missing(pod, str(entry["name"]), template_name, exc)
+            raise
         tspec = template.get("spec") or {}
         tmeta = tspec.get("metadata") or {}
         annotations = {**(tmeta.get("annotations") or {}), POD_CLAIM_NAME_ANNOTATION: entry["name"]}
@@ -264,6 +270,40 @@ class ResourceClaimController(Controller):
         # Remember it at once: the watch event may come after the pod's next sync.
         self._created[(meta["uid"], entry["name"])] = str(created["metadata"]["name"])
         return str(created["metadata"]["name"])
+
+    async def _tell_missing(
+        self, pod: Mapping[str, Any], entry: str, template: str, exc: APINotFound
+    ) -> None:
+        """The Event upstream's controller writes on the pod when it cannot make the claim
+        (``FailedResourceClaimCreation``), once per pod and claim entry: the scheduler holds
+        such a pod back quietly, so this is what tells its owner."""
+        meta = pod["metadata"]
+        if (meta["uid"], entry) in self._told:
+            return
+        self._told.add((meta["uid"], entry))
+        now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+            },
+            "reason": "FailedResourceClaimCreation",
+            "message": f"PodResourceClaim {entry}: resource claim template {template!r}: "
+            f"{exc.message or exc}",
+            "type": "Warning",
+            "source": {"component": "resourceclaim-controller"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        with contextlib.suppress(APIConflict, APINotFound):
+            await self.kube.create(resource_path("", "v1", "events", meta["namespace"]), event)
 
     # ------------------------------------------------------------------ claims
 

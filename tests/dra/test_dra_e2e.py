@@ -196,6 +196,19 @@ async def test_a_template_pod_gets_a_claim_allocated_reserved_and_released(bed: 
         assert len(ids) == 4
         assert sorted(annotations[GPU_UUIDS].split(",")) == uuids_of(await our_slices(bed), claim)
         assert_no_double_booking(pods, await bed.leases())
+        # The wait for the claim's creation was quiet (upstream's PreEnqueue): the pod's
+        # Events (written in order) hold Scheduled and no FailedScheduling before it.
+        events = await objects_until(
+            bed.kube,
+            resource_path("", "v1", "events", bed.namespace),
+            lambda es: any(
+                e["involvedObject"].get("name") == "p" and e["reason"] == "Scheduled"
+                for e in es.values()
+            ),
+        )
+        assert [e["reason"] for e in events.values() if e["involvedObject"].get("name") == "p"] == [
+            "Scheduled"
+        ]
         await bed.delete_pod("p", now=True)
         name = claim["metadata"]["name"]
         await objects_until(

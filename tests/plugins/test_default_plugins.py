@@ -50,7 +50,7 @@ def test_every_built_in_plugin_but_the_score_strategies_is_enabled_by_default() 
 def test_the_default_configuration_builds() -> None:
     fw = build_frameworks(default_config(), in_tree())["gpusched"]
     assert fw.list_plugins() == {
-        "preEnqueue": ["PrioritySort", "SchedulingGates", "Coscheduling"],
+        "preEnqueue": ["PrioritySort", "DynamicResources", "SchedulingGates", "Coscheduling"],
         "queueSort": ["PrioritySort"],
         "preFilter": [
             "NodeAffinity",

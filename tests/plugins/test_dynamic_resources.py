@@ -85,6 +85,43 @@ def test_pre_filter_and_signing(
     assert (p.sign_pod(pod(*entries)) is not None) == signed
 
 
+TEMPLATE_ENTRY = {"name": "gpus", "resourceClaimTemplateName": "two"}
+
+
+@pytest.mark.parametrize(
+    ("create_claims", "template_known", "status", "code", "quiet", "says"),
+    [
+        (False, False, None, "SUCCESS", False, ""),  # (no claim entries: see below)
+        (False, False, [], "UNSCHEDULABLE_AND_UNRESOLVABLE", True, "waiting for resource claim"),
+        (True, True, [], "UNSCHEDULABLE_AND_UNRESOLVABLE", True, "creating resource claim"),
+        (True, False, [], "UNSCHEDULABLE_AND_UNRESOLVABLE", False, "does not exist; create it"),
+        (False, False, [{"name": "gpus", "resourceClaimName": "p-gpus-x"}], "SUCCESS", False, ""),
+    ],
+)
+def test_pre_enqueue_waits_quietly_for_a_claim_on_its_way(
+    create_claims: bool,
+    template_known: bool,
+    status: list[dict[str, str]] | None,
+    code: str,
+    quiet: bool,
+    says: str,
+) -> None:
+    """Upstream's PreEnqueue: a template's claim not yet named in the pod's status holds the
+    pod back, quietly while the claim is on its way (the resourceclaim controller, or gpusched
+    with createClaims and the template there), told when nobody can make it."""
+    p = plugin()
+    p.manager.create_claims = create_claims
+    if template_known:
+        p.manager.templates[("default", "two")] = {"metadata": {"name": "two"}}
+    body = pod() if status is None else pod(TEMPLATE_ENTRY)
+    if status:
+        body["status"] = {"resourceClaimStatuses": status}
+    verdict = p.pre_enqueue(body)
+    assert verdict.code.name == code
+    assert verdict.quiet is quiet
+    assert says in verdict.message()
+
+
 def test_a_cluster_that_does_not_serve_the_api_keeps_claim_pods_pending_saying_so() -> None:
     p = plugin()
     p.manager.served = False

@@ -161,10 +161,30 @@ async def test_claim_from_template(sim: SimCluster, kube: Kube) -> None:
 
 
 async def test_pod_before_its_template(kube: Kube) -> None:
+    """As upstream's controller: the pod is told (FailedResourceClaimCreation, once), and the
+    template's creation makes the claim. (Another template first: the simulated controller
+    watches pods once the cluster has any claim or template.)"""
+    await template(kube)
     await kube.create(PODS, pod("p", resourceClaimTemplateName="later"))
+    events = "/api/v1/namespaces/default/events"
+    async with asyncio.timeout(10):
+        while True:
+            listed = (await kube.get(events))["items"]
+            if listed:
+                break
+            await asyncio.sleep(0.02)
+    (event,) = listed
+    assert (event["reason"], event["type"], event["involvedObject"]["name"]) == (
+        "FailedResourceClaimCreation",
+        "Warning",
+        "p",
+    )
+    assert event["message"].startswith("PodResourceClaim gpu: resource claim template 'later': ")
+    assert "not found" in event["message"]
     await template(kube, "later")
     claim = await claim_of(kube, "p")
     assert claim["metadata"]["generateName"] == "p-gpu-"
+    assert len((await kube.get(events))["items"]) == 1
 
 
 async def test_named_claims_are_not_generated(sim: SimCluster, kube: Kube) -> None:
