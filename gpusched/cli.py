@@ -649,12 +649,22 @@ async def _fleet(args: argparse.Namespace) -> int:
 
 
 async def _connect(args: argparse.Namespace) -> Kube:
-    from gpusched.kube.client import connect
+    """The cluster as kubectl finds it (``--kubeconfig``, ``KUBECONFIG``, ``~/.kube/config``,
+    in-cluster: :func:`gpusched.kube.client.resolve_kubeconfig`); a usage error saying what to
+    give when there is none or it cannot be loaded."""
+    from gpusched.kube.client import KubeconfigError, connect, resolve_kubeconfig
 
     try:
         return await connect(args.kubeconfig, args.context)
+    except KubeconfigError as exc:
+        raise UsageError(str(exc)) from None
     except Exception as exc:  # kubernetes_asyncio raises ConfigException and plain errors
-        raise UsageError(f"cannot load kubeconfig {args.kubeconfig}: {exc}") from None
+        try:
+            where = resolve_kubeconfig(args.kubeconfig) or "the in-cluster configuration"
+        except KubeconfigError:
+            where = args.kubeconfig
+        context = f" (context {args.context})" if args.context else ""
+        raise UsageError(f"cannot load kubeconfig {where}{context}: {exc}") from None
 
 
 async def _kubelet(args: argparse.Namespace) -> int:

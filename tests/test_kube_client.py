@@ -1,11 +1,16 @@
-"""``Kube`` reads the proxy environment once (as client-go honours HTTPS_PROXY/NO_PROXY)."""
+"""``Kube`` reads the proxy environment once (as client-go honours HTTPS_PROXY/NO_PROXY);
+every command finds its kubeconfig as kubectl does (``resolve_kubeconfig``) and says which
+one is missing."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client as k8s_client
 
 from gpusched.kube import Kube
+from gpusched.kube.client import KubeconfigError, resolve_kubeconfig
 
 
 def _api(host: str) -> k8s_client.ApiClient:
@@ -51,3 +56,54 @@ async def test_warm_opens_pooled_connections_up_to_the_pool_size() -> None:
         assert idle >= 5
         assert await kube.warm(kube.pool_size + 50) == kube.pool_size
         assert await kube.warm(0) == 0
+
+
+# -- one kubeconfig resolution for every command ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "env", "home_has_config", "expected"),
+    [
+        ("a.yaml", {"KUBECONFIG": "b.yaml"}, True, "a.yaml"),  # the flag wins
+        (None, {"KUBECONFIG": "b.yaml:c.yaml"}, True, "b.yaml:c.yaml"),  # kubectl's merge list
+        (None, {"KUBECONFIG": "gone.yaml:b.yaml"}, False, "gone.yaml:b.yaml"),  # one exists
+        (None, {"KUBECONFIG": ""}, True, "HOME"),  # empty is unset
+        (None, {}, True, "HOME"),
+        (None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, True, "HOME"),  # a file before in-cluster
+        (None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False, None),  # in-cluster
+        ("gone.yaml", {}, True, "--kubeconfig gone.yaml: no such file"),
+        (None, {"KUBECONFIG": "gone.yaml"}, True, "KUBECONFIG gone.yaml: no such file"),
+        (None, {}, False, "no kubeconfig: give --kubeconfig FILE or set KUBECONFIG"),
+    ],
+)
+def test_every_command_finds_the_kubeconfig_as_kubectl_does(
+    flag: str | None,
+    env: dict[str, str],
+    home_has_config: bool,
+    expected: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("a.yaml", "b.yaml"):
+        (tmp_path / name).write_text("{}")
+    home = tmp_path / "home"
+    if home_has_config:
+        (home / ".kube").mkdir(parents=True)
+        (home / ".kube" / "config").write_text("{}")
+    if expected is not None and ("no such file" in expected or "no kubeconfig" in expected):
+        with pytest.raises(KubeconfigError, match=expected):
+            resolve_kubeconfig(flag, env, home)
+        return
+    want = str(home / ".kube" / "config") if expected == "HOME" else expected
+    assert resolve_kubeconfig(flag, env, home) == want
+
+
+@pytest.mark.parametrize("command", [["explain", "default/p"], ["cleanup", "--all"]])
+def test_a_missing_kubeconfig_is_a_usage_error_naming_it(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpusched.cli import main
+
+    assert main([*command, "--kubeconfig", "/nonexistent/kc"]) == 2
+    assert "--kubeconfig /nonexistent/kc: no such file" in capsys.readouterr().err

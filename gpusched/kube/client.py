@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -25,7 +26,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from gpusched.kube.errors import APIServerError, from_response
 
-__all__ = ["Kube", "connect", "resource_path"]
+__all__ = ["Kube", "KubeconfigError", "connect", "resolve_kubeconfig", "resource_path"]
 
 Query = Mapping[str, str | int | bool] | Sequence[tuple[str, str]]
 
@@ -229,20 +230,56 @@ class Kube:
             response.release()
 
 
+class KubeconfigError(Exception):
+    """No cluster configuration to load; the message says what to give."""
+
+
+def resolve_kubeconfig(
+    flag: str | os.PathLike[str] | None,
+    env: Mapping[str, str] | None = None,
+    home: Path | None = None,
+) -> str | None:
+    """The kubeconfig kubectl would read, for every gpusched command: ``--kubeconfig``, else
+    ``KUBECONFIG`` (a ``:``-separated list, merged as kubectl merges it: the first file to
+    set a key wins; empty counts as unset), else ``~/.kube/config``; ``None`` means the
+    in-cluster service account (``KUBERNETES_SERVICE_HOST`` set). Raises
+    :class:`KubeconfigError` when none of the named files exists, or there is nothing at all."""
+    env = os.environ if env is None else env
+    given = os.fspath(flag) if flag is not None else env.get("KUBECONFIG")
+    if given:
+        paths = [os.path.expanduser(p) for p in given.split(os.pathsep) if p]
+        if not any(os.path.exists(p) for p in paths):
+            what = "--kubeconfig" if flag is not None else "KUBECONFIG"
+            raise KubeconfigError(f"{what} {given}: no such file")
+        return given
+    default = (home or Path.home()) / ".kube" / "config"
+    if default.exists():
+        return str(default)
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    raise KubeconfigError(
+        "no kubeconfig: give --kubeconfig FILE or set KUBECONFIG (none at ~/.kube/config, "
+        "and not running in a cluster)"
+    )
+
+
 async def connect(
     kubeconfig: str | os.PathLike[str] | None = None,
     context: str | None = None,
     pool_size: int = 100,
+    *,
+    env: Mapping[str, str] | None = None,
 ) -> Kube:
-    """A ``Kube`` from a kubeconfig file, or the in-cluster service account when None."""
+    """A ``Kube`` for the kubeconfig :func:`resolve_kubeconfig` finds (``kubeconfig`` is the
+    ``--kubeconfig`` flag), or the in-cluster service account. Raises
+    :class:`KubeconfigError`, or the client library's error for a file it cannot load."""
+    path = resolve_kubeconfig(kubeconfig, env)
     configuration = k8s_client.Configuration()
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if path is None:
         k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         await k8s_config.load_kube_config(
-            config_file=os.fspath(kubeconfig) if kubeconfig is not None else None,
-            context=context,
-            client_configuration=configuration,
+            config_file=path, context=context, client_configuration=configuration
         )
     configuration.connection_pool_maxsize = pool_size
     return Kube(k8s_client.ApiClient(configuration))

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from gpusched.inventory import API_GROUP, CRD_NAME, PLURAL, VERSION
-from gpusched.kube.client import Kube, connect, resource_path
+from gpusched.kube.client import Kube, KubeconfigError, connect, resource_path
+from gpusched.kube.client import resolve_kubeconfig as client_resolve_kubeconfig
 from gpusched.kube.errors import APIError, APIForbidden, APIGone, APINotFound
 from gpusched.kube.reflector import Reflector
 from gpusched.status.model import POOL_LABELS, ClusterStatus, Memo, build_status
@@ -86,33 +87,19 @@ class StatusOptions:
 def resolve_kubeconfig(
     flag: str | None, env: Mapping[str, str], home: Path | None = None
 ) -> str | None:
-    """The kubeconfig kubectl would read (module docstring); None for in-cluster.
-
-    Raises :class:`StatusError` (exit 2) when there is none and no in-cluster account.
-    """
-    given = flag or env.get("KUBECONFIG")
-    if given:
-        paths = [os.path.expanduser(p) for p in given.split(os.pathsep) if p]
-        if not any(os.path.exists(p) for p in paths):
-            what = "--kubeconfig" if flag else "KUBECONFIG"
-            raise StatusError(f"{what} {given}: no such file", code=2)
-        return given
-    default = (home or Path.home()) / ".kube" / "config"
-    if default.exists():
-        return str(default)
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        return None
-    raise StatusError(
-        "no kubeconfig: give --kubeconfig FILE or set KUBECONFIG (none at ~/.kube/config, "
-        "and not running in a cluster)",
-        code=2,
-    )
+    """The kubeconfig kubectl would read (:func:`gpusched.kube.client.resolve_kubeconfig`,
+    every command's); None for in-cluster. Raises :class:`StatusError` (exit 2) when there is
+    none and no in-cluster account."""
+    try:
+        return client_resolve_kubeconfig(flag, env, home)
+    except KubeconfigError as exc:
+        raise StatusError(str(exc), code=2) from None
 
 
 async def _connect(options: StatusOptions, env: Mapping[str, str]) -> Kube:
     path = resolve_kubeconfig(options.kubeconfig, env)
     try:
-        return await connect(path, options.context, pool_size=4)
+        return await connect(options.kubeconfig, options.context, pool_size=4, env=env)
     except Exception as exc:  # kubernetes_asyncio raises ConfigException and plain errors
         where = f"kubeconfig {path}" if path else "the in-cluster configuration"
         context = f" (context {options.context})" if options.context else ""
