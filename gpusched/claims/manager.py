@@ -23,7 +23,9 @@ on the resourceVersion) never writes a status over another replica's.
 The status (:meth:`desired_status`) is a function of the holders: ``Allocated`` with the
 holder's node, devices (index and UUID), ``bandwidthGBps`` (the slowest pair among them, from
 the node's inventory: :func:`slowest_link`) and ``pods``; ``Released`` once the last holder
-went (only for a claim that was allocated); nothing is written for a claim never held.
+went (only for a claim that was allocated); ``Pending`` with ``message`` (the waiting pod's own
+``PodScheduled=False`` message, from its pod event) while a pod that names it is unschedulable;
+nothing is written for a claim never held nor waited for.
 :meth:`flush` merge-patches ``status`` of the claims whose desired status differs from what the
 informer last showed, and keeps :data:`FINALIZER` on a claim exactly while a bound pod holds it
 (deleting a claim in use waits for the pod: never a leak). A claim pod costs two writes when
@@ -64,6 +66,7 @@ FINALIZER: Final = "gpusched.io/claim-in-use"
 ALLOCATED: Final = "Allocated"
 _ACQUIRE_TRIES: Final = 3
 RELEASED: Final = "Released"
+PENDING: Final = "Pending"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,9 @@ class GpuClaimManager:
         self._waiting: dict[Key, set[str]] = {}
         self._live: dict[Key, dict[str, str]] = {}
         """Claim -> the pods (uid -> name) not deleted nor finished that name it, any state."""
+        self._pending: dict[Key, dict[str, str]] = {}
+        """Claim -> its unbound pods' PodScheduled=False messages (uid -> message): the
+        claim's ``status.message`` while nobody holds it."""
         self._dirty: set[Key] = set()
         self.changed = asyncio.Event()
         """Set when a claim's status may need a write (:meth:`flush` clears it)."""
@@ -162,6 +168,7 @@ class GpuClaimManager:
             return []
         gone = kind == "DELETED" or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
         name = str(pod["metadata"].get("name") or "")
+        self._note_pending(key, uid, None if gone else pod)
         if gone:
             self._waiting.get(key, set()).discard(uid)
             live = self._live.get(key, {})
@@ -185,6 +192,25 @@ class GpuClaimManager:
         self._waiting.get(key, set()).discard(uid)
         self._hold(key, Holder(uid, name, node, devices, confirmed=True))
         return []
+
+    def _note_pending(self, key: Key, uid: str, pod: Mapping[str, Any] | None) -> None:
+        """Keep the message the pod's ``PodScheduled=False`` condition carries while it is
+        unbound (``None``: gone); mark the claim when that changes what its status says."""
+        message = None
+        if pod is not None and not (pod.get("spec") or {}).get("nodeName"):
+            for c in (pod.get("status") or {}).get("conditions") or ():
+                if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                    message = str(c.get("message") or c.get("reason") or "") or None
+        pending = self._pending.get(key, {})
+        if pending.get(uid) == message:
+            return
+        if message is None:
+            pending.pop(uid, None)
+            if not pending:
+                self._pending.pop(key, None)
+        else:
+            self._pending.setdefault(key, {})[uid] = message
+        self._mark(key)
 
     # -- the scheduling cycle -------------------------------------------------------------
 
@@ -334,15 +360,23 @@ class GpuClaimManager:
             bound = sorted([*bound, adding], key=lambda h: h.name)
         current = (self._claims.get(key) or {}).get("status") or {}
         if not bound:
-            if current.get("phase") != ALLOCATED or self._status_holders(key):
-                return None  # never held, or held by a live pod another replica binds
-            return {
-                "phase": RELEASED,
-                "nodeName": None,
-                "devices": [],
-                "bandwidthGBps": None,
-                "pods": [],
-            }
+            if current.get("phase") == ALLOCATED:
+                if self._status_holders(key):
+                    return None  # held by a live pod another replica binds
+                return {
+                    "phase": RELEASED,
+                    "nodeName": None,
+                    "devices": [],
+                    "bandwidthGBps": None,
+                    "pods": [],
+                    "message": None,
+                }
+            waiting = self._pending.get(key)
+            if waiting:  # why its pod waits, as its condition says (by uid: alike on replicas)
+                return {"phase": PENDING, "message": waiting[min(waiting)]}
+            if current.get("message"):
+                return {"message": None}  # nobody waits any more
+            return None  # never held, nobody waiting: no write
         first = bound[0]
         inventory = self._inventory_of(first.node) if first.node else None
         gbps = (
@@ -356,6 +390,7 @@ class GpuClaimManager:
             "devices": [{"index": i, "uuid": u} if u else {"index": i} for i, u in first.devices],
             "bandwidthGBps": gbps,
             "pods": [h.name for h in bound],
+            "message": None,
         }
 
     async def flush(self, kube: Kube) -> int:

@@ -120,8 +120,11 @@ async def test_required_bandwidth_no_node_meets_stays_pending_naming_the_best(be
     async with bed.running():
         await bed.create_pod(claim_pod(bed, "p", "fast", 2))
         pods = await bed.pods_until(lambda ps: "900 GB/s" in pending_message(ps.get("p", {})))
+        # The claim says it too (status.message, the Go GPU scheduler's field).
+        status = (await claim_until(bed, "fast", "Pending"))["status"]
     assert not bound(pods)
     message = pending_message(pods["p"])
+    assert status["message"] == message
     assert "1200" in message
     # The rule is the claim's: the fix names its fields, not the pod annotations'.
     assert f"GpuClaim {bed.namespace}/fast's spec.topology.minBandwidthGBps" in message

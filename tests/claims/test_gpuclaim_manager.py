@@ -126,6 +126,7 @@ def test_bound_pods_make_the_status_and_deletion_releases() -> None:
         "devices": [{"index": 0, "uuid": "GPU-0"}, {"index": 3, "uuid": "GPU-3"}],
         "bandwidthGBps": 100.0,
         "pods": ["a"],
+        "message": None,
     }
     # The pod event agrees (another replica learns the same from it alone).
     other = manager()
@@ -143,7 +144,51 @@ def test_bound_pods_make_the_status_and_deletion_releases() -> None:
         "devices": [],
         "bandwidthGBps": None,
         "pods": [],
+        "message": None,
     }
+
+
+def test_a_waiting_pod_s_reason_is_the_claim_s_message_until_it_is_bound() -> None:
+    """``status.message`` (the Go GPU scheduler's field): the pod's own PodScheduled=False
+    message while it waits, written only when it changes, cleared once the claim is held or
+    nobody waits any more."""
+    m = manager()
+    m.on_claim("ADDED", claim("c"), None)
+    waiting = pod("a")
+    m.on_pod("ADDED", waiting, None)
+    assert m.desired_status(("default", "c")) is None  # not tried yet: nothing to say
+    told = {
+        **waiting,
+        "status": {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                }
+            ]
+        },
+    }
+    m.on_pod("MODIFIED", told, waiting)
+    assert m.desired_status(("default", "c")) == {
+        "phase": "Pending",
+        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+    }
+    m.on_claim("MODIFIED", claim("c", m.desired_status(("default", "c"))), None)
+    assert m.desired_status(("default", "c")) is not None  # (the write itself is judged by _same)
+    # Bound: Allocated, the message cleared.
+    m.bound(pod("a"), "v100-0", [(0, "GPU-0")])
+    m.on_pod("MODIFIED", pod("a", node="v100-0", ids="0"), told)
+    status = m.desired_status(("default", "c"))
+    assert status is not None
+    assert (status["phase"], status["message"]) == ("Allocated", None)
+    # A waiting pod deleted: the message goes with it.
+    other = manager()
+    other.on_claim("ADDED", claim("c", {"phase": "Pending", "message": "old"}), None)
+    other.on_pod("MODIFIED", told, waiting)
+    other.on_pod("DELETED", told, None)
+    assert other.desired_status(("default", "c")) == {"message": None}
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
