@@ -233,37 +233,13 @@ def test_bad_kubeconfig_or_usage_is_a_message_and_exit_2(
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize(
-    ("flag", "env", "home_has_config", "expected"),
-    [
-        ("a.yaml", {"KUBECONFIG": "b.yaml"}, True, "a.yaml"),  # the flag wins
-        (None, {"KUBECONFIG": "b.yaml:c.yaml"}, True, "b.yaml:c.yaml"),  # kubectl's merge list
-        (None, {"KUBECONFIG": ""}, True, "HOME"),  # empty is unset
-        (None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False, None),  # in-cluster
-        (None, {}, False, StatusError),
-    ],
-)
-def test_kubeconfig_found_as_kubectl_finds_it(
-    flag: str | None,
-    env: dict[str, str],
-    home_has_config: bool,
-    expected: str | type[Exception] | None,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    for name in ("a.yaml", "b.yaml"):
-        (tmp_path / name).write_text("{}")
-    home = tmp_path / "home"
-    if home_has_config:
-        (home / ".kube").mkdir(parents=True)
-        (home / ".kube" / "config").write_text("{}")
-    if expected is StatusError:
-        with pytest.raises(StatusError, match="no kubeconfig"):
-            resolve_kubeconfig(flag, env, home)
-        return
-    want = str(home / ".kube" / "config") if expected == "HOME" else expected
-    assert resolve_kubeconfig(flag, env, home) == want
+def test_no_kubeconfig_is_exit_2_with_what_to_give(tmp_path: Path) -> None:
+    """The resolution is every command's (tests/test_kube_client.py has its table); status
+    turns its refusal into exit 2."""
+    with pytest.raises(StatusError, match="no kubeconfig") as refused:
+        resolve_kubeconfig(None, {}, tmp_path / "home")
+    assert refused.value.code == 2
+    assert resolve_kubeconfig(None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, tmp_path) is None
 
 
 @pytest.mark.simonly
