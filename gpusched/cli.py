@@ -28,7 +28,7 @@
                          [--annotation K=V] [-n NS] [--timeout 30m] [--follow] -- CMD...
     gpusched cleanup     --name NAME | --all [-n NS | -A]
     gpusched controller  [--kubeconfig K] [-n NS] [--leader-elect] [--metrics-port 10261]
-                         [--profile STRATEGY=SCHEDULERNAME ...]
+                         [--workers 5] [--profile STRATEGY=SCHEDULERNAME ...]
 
 ``gpusched run`` and ``cleanup``: :mod:`gpusched.runner`; ``gpusched controller`` (GPUWorkloads):
 :mod:`gpusched.workloads`.
@@ -117,6 +117,14 @@ def _parser() -> argparse.ArgumentParser:
     ctl.add_argument("--leader-elect", action="store_true", help="active/passive replicas")
     ctl.add_argument("--leader-elect-namespace", default="gpusched-system")
     ctl.add_argument("--metrics-port", type=int, default=10261)
+    ctl.add_argument(
+        "--workers",
+        type=int,
+        default=5,
+        metavar="N",
+        help="workloads reconciled at once (default 5, as kube-controller-manager's "
+        "--concurrent-job-syncs); one workload is never reconciled by two workers",
+    )
     ctl.add_argument("--identity", default=None, help="this replica's name (default: random)")
     ctl.add_argument(
         "--profile",
@@ -1318,10 +1326,13 @@ async def _controller(args: argparse.Namespace) -> int:
         )
     except RunError as exc:
         raise UsageError(f"controller: {exc}") from None
+    if args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: write a whole number of at least 1")
     stop = asyncio.Event()
     with _signals_set(stop):
         kube = await _connect(args)
         controller = WorkloadController(kube, settings=settings, namespace=args.namespace)
+        controller.workers = args.workers
         identity = args.identity or f"gpusched-controller-{secrets.token_hex(4)}"
         elector: LeaderElector | None = None
         if args.leader_elect:

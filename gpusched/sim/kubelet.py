@@ -36,6 +36,9 @@ of its nodes it does what a kubelet does that a scheduler can observe:
   clock.
 
 All waiting is on an injectable ``Clock``: tests advance a ``FakeClock`` instead of sleeping.
+Pod keys go through a :class:`~gpusched.kube.workqueue.WorkQueue` (deduplicated, never synced
+by two workers at once, a failed sync retried 0.2 s later); the per-pod finish and termination
+timers stay tasks of their own. Cost: ``workers`` tasks, one per timed pod, two reflectors.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from gpusched.clock import Clock, RealClock
 from gpusched.kube.client import Kube, resource_path
 from gpusched.kube.errors import APIConflict, APIError, APINotFound
 from gpusched.kube.reflector import Reflector, object_key
+from gpusched.kube.workqueue import ItemExponentialRateLimiter, WorkQueue
 from gpusched.quantity import parse_quantity
 
 __all__ = [
@@ -231,8 +235,11 @@ class SimKubelet:
             name="kubelet/pods",
         )
         self._workers = workers
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
+        # Keys, as a client-go controller's: deduplicated, one worker per key at a time, and a
+        # failed sync retried after 0.2 s on the clock (as the hand-written loop did).
+        self._queue: WorkQueue[str] = WorkQueue(
+            "kubelet", clock=self.clock, rate_limiter=ItemExponentialRateLimiter(0.2, 0.2)
+        )
         self._admitted: dict[str, dict[str, set[str]]] = {}  # node -> uid set per key
         self._running: dict[str, tuple[str, str]] = {}  # pod uid -> (node, key)
         self._timers: dict[str, asyncio.Task[None]] = {}  # pod uid -> finish/termination timer
@@ -257,6 +264,7 @@ class SimKubelet:
         try:
             await asyncio.gather(*tasks)
         finally:
+            self._queue.shut_down()
             for t in [*tasks, *self._timers.values()]:
                 t.cancel()
             for t in [*tasks, *self._timers.values()]:
@@ -322,20 +330,18 @@ class SimKubelet:
         self._enqueue(object_key(pod))
 
     def _enqueue(self, key: str) -> None:
-        if key not in self._queued:
-            self._queued.add(key)
-            self._queue.put_nowait(key)
+        self._queue.add(key)
 
     async def _worker(self) -> None:
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
+        while (key := await self._queue.get()) is not None:
             try:
                 await self._sync(key)
+                self._queue.forget(key)
             except APIError as exc:
                 log.warning("kubelet: syncing %s: %s; will retry", key, exc)
-                await self.clock.sleep(0.2)
-                self._enqueue(key)
+                self._queue.add_rate_limited(key)
+            finally:
+                self._queue.done(key)
 
     # ------------------------------------------------------------------ the pod state machine
 
