@@ -1331,8 +1331,9 @@ async def _controller(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     with _signals_set(stop):
         kube = await _connect(args)
-        controller = WorkloadController(kube, settings=settings, namespace=args.namespace)
-        controller.workers = args.workers
+        controller = WorkloadController(
+            kube, settings=settings, namespace=args.namespace, workers=args.workers
+        )
         identity = args.identity or f"gpusched-controller-{secrets.token_hex(4)}"
         elector: LeaderElector | None = None
         if args.leader_elect:

@@ -117,10 +117,12 @@ class WorkloadController(Controller):
         recorder: EventRecorder | None = None,
         metrics: WorkloadMetrics | None = None,
         rng: random.Random | None = None,
+        workers: int = 1,
     ) -> None:
         self.metrics = metrics or WorkloadMetrics()
         super().__init__(
             "gpuworkload",
+            workers=workers,
             clock=clock,
             rate_limiter=ItemExponentialRateLimiter(API_RETRY, MAX_API_RETRY),
             metrics=self.metrics.workqueue,
