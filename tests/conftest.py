@@ -63,6 +63,12 @@ class Target:
     def core(self) -> k8s.CoreV1Api:
         return k8s.CoreV1Api(self.api())
 
+    @property
+    def kubeconfig_path(self) -> str:
+        """A kubeconfig file for this cluster: what a test passes to the commands it runs as a
+        user would (``gpusched ... --kubeconfig``, in a subprocess)."""
+        return str(self.sim.kubeconfig_path) if self.sim is not None else E2E_KUBECONFIG
+
     def name(self, base: str) -> str:
         """A name unique to this test run (cluster-scoped objects on a shared real cluster)."""
         return f"{self.prefix}-{base}"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import E2E_KUBECONFIG, Target
+from conftest import Target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scheduler"))
 
@@ -31,14 +31,13 @@ async def bed(target: Target) -> AsyncIterator[Bed]:
 
 
 async def explain(target: Target, *args: str) -> tuple[int, str]:
-    kubeconfig = E2E_KUBECONFIG or str(target.sim.kubeconfig_path if target.sim else "")
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "gpusched",
         "explain",
         "--kubeconfig",
-        kubeconfig,
+        target.kubeconfig_path,
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -77,7 +76,8 @@ async def test_explain_per_node_and_bound(bed: Bed, target: Target, tmp_path: Pa
     message = _unschedulable(huge)
     assert message is not None
 
-    code, out = await explain(target, f"{ns}/huge", "--config", str(config))
+    # -o wide: every node's row (the table shows 20 at most; a real cluster may have more).
+    code, out = await explain(target, f"{ns}/huge", "--config", str(config), "-o", "wide")
     assert code == 0, out
     lines = out.splitlines()
     assert lines[0] == f"Pod {ns}/huge (schedulerName {bed.scheduler_name}): Pending", out
@@ -102,3 +102,8 @@ async def test_explain_per_node_and_bound(bed: Bed, target: Target, tmp_path: Pa
     ids = data["devices"]["gpusched.io/gpu-ids"]
     assert ids == small["metadata"]["annotations"]["gpusched.io/gpu-ids"]
     assert len(ids.split(",")) == 2
+
+    # A pod that does not exist: exit 1, and it says so.
+    code, out = await explain(target, f"{ns}/nope", "--config", str(config))
+    assert code == 1, out
+    assert f"pod {ns}/nope not found" in out

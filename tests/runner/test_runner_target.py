@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import E2E_KUBECONFIG, Target
+from conftest import Target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gangs"))
 
@@ -29,16 +29,13 @@ from gang_bed import ensure_crd
 from scheduler_bed import E2E_LABEL, WAIT, Bed, objects_until, open_bed
 
 from gpusched.kube.client import resource_path
+from gpusched.kube.errors import APIForbidden
 
 
 @pytest.fixture
 async def bed(target: Target) -> AsyncIterator[Bed]:
     async with open_bed(target) as bed:
         yield bed
-
-
-def _kubeconfig(target: Target) -> str:
-    return E2E_KUBECONFIG or str(target.sim.kubeconfig_path if target.sim else "")
 
 
 async def gpusched(target: Target, command: str, *args: str) -> tuple[int, list[str]]:
@@ -48,7 +45,7 @@ async def gpusched(target: Target, command: str, *args: str) -> tuple[int, list[
         "gpusched",
         command,
         "--kubeconfig",
-        _kubeconfig(target),
+        target.kubeconfig_path,
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -106,7 +103,10 @@ def _condition(pod: dict[str, Any]) -> dict[str, Any]:
 
 async def test_run_explain_and_cleanup(bed: Bed, target: Target, tmp_path: Path) -> None:
     (node,) = await bed.add_nodes(1, "dgx-h100")
-    await ensure_crd(bed.kube, "podgroups.scheduling.x-k8s.io")
+    try:
+        await ensure_crd(bed.kube, "podgroups.scheduling.x-k8s.io")
+    except APIForbidden as exc:
+        pytest.skip(f"cannot install the PodGroup CRD (deploy/crds): {exc.message}")
     await _service_account(bed)
     ns = bed.namespace
     pods = resource_path("", "v1", "pods", ns)
