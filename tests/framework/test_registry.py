@@ -228,8 +228,8 @@ def test_entry_points(make_package: Callable[..., str], monkeypatch: pytest.Monk
             "plugins:SUCCESS",
             "Thing",
             "entry point Thing = {pkg}.plugins:SUCCESS (group gpusched.plugins): "
-            "Status(code=<Code.SUCCESS: 0>, reasons=(), plugin='', exception=None, quiet=False) is neither a "
-            "Plugin class nor a factory",
+            "Status(code=<Code.SUCCESS: 0>, reasons=(), plugin='', exception=None, "
+            "quiet=False) is neither a Plugin class nor a factory",
         ),
         (
             "plugins:Gang",
