@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING
 from gpusched import __version__
 
 if TYPE_CHECKING:
+    from gpusched.framework import SchedulerConfiguration
     from gpusched.kube.client import Kube
     from gpusched.scheduler import Scheduler
     from gpusched.sim.fleet import ClusterSpec
@@ -961,23 +962,43 @@ def _agent(args: argparse.Namespace) -> int:
 
 
 async def _explain(args: argparse.Namespace) -> int:
-    import json
-
-    import yaml
-
-    from gpusched.explain import as_dict, explain, render
-    from gpusched.framework import ConfigError, RegistryError, default_config, load_config
-    from gpusched.kube.client import resource_path
-    from gpusched.kube.errors import APIError, APINotFound
-    from gpusched.kube.reflector import object_key
-    from gpusched.scheduler import Scheduler
+    from gpusched.framework import ConfigError, default_config, load_config
 
     try:
         config = load_config(args.config) if args.config else default_config()
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    if not args.verbose:  # a kind the cluster does not serve is no news to this reader
-        logging.getLogger("gpusched.kube.reflector").setLevel(logging.ERROR)
+    if args.verbose:
+        return await _explain_pod(args, config)
+    # A kind the cluster does not serve is no news to this reader (the level is put back:
+    # main() may run in a process that goes on, as the tests' does).
+    with _logger_level("gpusched.kube.reflector", logging.ERROR):
+        return await _explain_pod(args, config)
+
+
+@contextlib.contextmanager
+def _logger_level(name: str, level: int) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
+async def _explain_pod(args: argparse.Namespace, config: SchedulerConfiguration) -> int:
+    import json
+
+    import yaml
+
+    from gpusched.explain import as_dict, explain, render
+    from gpusched.framework import ConfigError, RegistryError
+    from gpusched.kube.client import resource_path
+    from gpusched.kube.errors import APIError, APINotFound
+    from gpusched.kube.reflector import object_key
+    from gpusched.scheduler import Scheduler
+
     namespace, _, name = args.pod.rpartition("/")
     kube = await _connect(args)
     try:
